@@ -1,0 +1,76 @@
+//! The one table between GGUF tensor names and Hugging Face ones (Llama-style families).
+//! Model code speaks Hugging Face names; GGUF names are translated here and nowhere else.
+//! Note: llama.cpp's converter permutes the rows of `attn_q`/`attn_k` for Llama-family models so
+//! that RoPE rotates adjacent pairs; the attention layer, not this table, accounts for that.
+
+/// (GGUF suffix within `blk.N.`, Hugging Face suffix within `model.layers.N.`).
+const LAYER_NAMES: [(&str, &str); 13] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("attn_q.bias", "self_attn.q_proj.bias"),
+    ("attn_k.bias", "self_attn.k_proj.bias"),
+    ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+    ("attn_rot_embd", "self_attn.rotary_emb.inv_freq"),
+];
+
+/// Whole-model tensors: (GGUF name, Hugging Face name).
+const GLOBAL_NAMES: [(&str, &str); 3] = [
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// The Hugging Face name of GGUF tensor `name`, if the table knows it.
+pub fn gguf_to_hf(name: &str) -> Option<String> {
+    if let Some((_, hf)) = GLOBAL_NAMES.iter().find(|(g, _)| *g == name) {
+        return Some(hf.to_string());
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (_, hf) = LAYER_NAMES.iter().find(|(g, _)| *g == suffix)?;
+    Some(format!("model.layers.{layer}.{hf}"))
+}
+
+/// The GGUF name of Hugging Face tensor `name`, if the table knows it.
+pub fn hf_to_gguf(name: &str) -> Option<String> {
+    if let Some((g, _)) = GLOBAL_NAMES.iter().find(|(_, hf)| *hf == name) {
+        return Some(g.to_string());
+    }
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (g, _) = LAYER_NAMES.iter().find(|(_, hf)| *hf == suffix)?;
+    Some(format!("blk.{layer}.{g}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in [
+            "token_embd.weight",
+            "output.weight",
+            "blk.0.attn_q.weight",
+            "blk.29.ffn_down.weight",
+        ] {
+            let hf = gguf_to_hf(name).unwrap();
+            assert_eq!(hf_to_gguf(&hf).as_deref(), Some(name));
+        }
+        assert_eq!(
+            gguf_to_hf("blk.3.attn_k.weight").unwrap(),
+            "model.layers.3.self_attn.k_proj.weight"
+        );
+        assert_eq!(gguf_to_hf("blk.x.attn_k.weight"), None);
+        assert_eq!(hf_to_gguf("model.layers.1.unknown.weight"), None);
+    }
+}

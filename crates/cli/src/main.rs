@@ -1,0 +1,95 @@
+//! `plumb`: the command line. Parses arguments, resolves the model, and hands off to one command.
+//! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
+
+mod inspect;
+mod load;
+mod progress;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use plumb_checkpoint::source;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "plumb",
+    version,
+    about = "An LLM inference engine that can prove what it computes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Fetch a model into the cache (default: SmolLM2-135M-Instruct Q4_1) and verify its checksum.
+    Pull {
+        /// A known model name (see `plumb pull --help`); default: smollm2-135m-instruct.
+        model: Option<String>,
+    },
+    /// Show a model's architecture, hyper-parameters, tensors and tokenizer.
+    Inspect {
+        /// A path to a .gguf file or a known model name; default: the default model (pulled on first use).
+        model: Option<String>,
+        /// Print machine-readable JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Resolves `--model` to a file, pulling the default model on first use.
+pub fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
+    let home = source::plumb_home()?;
+    Ok(source::resolve_model(
+        spec,
+        &home,
+        &progress::Bars::default(),
+    )?)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Pull { model } => {
+            let home = source::plumb_home()?;
+            let bars = progress::Bars::default();
+            let known = match model.as_deref() {
+                None => &source::DEFAULT_MODEL,
+                Some(m)
+                    if source::DEFAULT_MODEL
+                        .aliases
+                        .iter()
+                        .any(|a| a.eq_ignore_ascii_case(m)) =>
+                {
+                    &source::DEFAULT_MODEL
+                }
+                Some(m) => {
+                    return Err(source::SourceError::UnknownModel {
+                        spec: m.into(),
+                        known: source::DEFAULT_MODEL.aliases.join(", "),
+                    }
+                    .into());
+                }
+            };
+            let path = source::ensure_model(known, &home, &bars)?;
+            println!("{} ready at {}", known.display_name, path.display());
+            Ok(())
+        }
+        Command::Inspect { model, json } => inspect::run(model.as_deref(), json),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
