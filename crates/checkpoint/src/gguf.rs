@@ -9,10 +9,11 @@ pub mod writer;
 
 use crate::error::CheckpointError;
 use memmap2::Mmap;
-use plumb_core::GgmlType;
+use plumb_core::{GgmlType, HostBytes};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use value::MetaValue;
 
@@ -47,7 +48,7 @@ impl TensorInfo {
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    mmap: Mmap,
+    mmap: Arc<Mmap>,
     pub version: u32,
     /// Metadata in file order.
     pub metadata: Vec<(String, MetaValue)>,
@@ -68,6 +69,7 @@ impl GgufFile {
         // a file truncated by another process while mapped is outside what any mmap reader can guard.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| CheckpointError::io(&path, e))?;
         let header = parse::parse(&mmap, &path)?;
+        let mmap = Arc::new(mmap);
         let key_idx = header
             .metadata
             .iter()
@@ -189,6 +191,16 @@ impl GgufFile {
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
         let start = (self.data_offset + info.offset) as usize;
         &self.mmap[start..start + info.size as usize]
+    }
+
+    /// A shareable view of a tensor's bytes that keeps the mapping alive (for backends that
+    /// compute straight from the page cache).
+    pub fn tensor_host_bytes(&self, info: &TensorInfo) -> HostBytes {
+        HostBytes::new(
+            self.mmap.clone(),
+            (self.data_offset + info.offset) as usize,
+            info.size as usize,
+        )
     }
 
     /// Bytes of all tensor data.

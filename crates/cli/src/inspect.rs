@@ -1,8 +1,8 @@
 //! `plumb inspect`: what a checkpoint holds, as a table or JSON.
 
-use crate::load;
 use anyhow::{Context, Result};
 use plumb_checkpoint::{GgufFile, ModelConfig};
+use plumb_engine::load;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

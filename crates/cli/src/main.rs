@@ -2,8 +2,9 @@
 //! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
 
 mod inspect;
-mod load;
 mod progress;
+mod run;
+mod session;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -28,6 +29,27 @@ enum Command {
     Pull {
         /// A known model name (see `plumb pull --help`); default: smollm2-135m-instruct.
         model: Option<String>,
+    },
+    /// Generate text from a prompt, streamed as it is produced (through the chat template unless --raw).
+    Run {
+        #[command(flatten)]
+        model: session::ModelArgs,
+        #[command(flatten)]
+        sample: run::SampleArgs,
+        /// Send the prompt as plain text instead of a chat turn.
+        #[arg(long)]
+        raw: bool,
+        prompt: String,
+    },
+    /// Chat interactively; end input (Ctrl-D) to leave.
+    Chat {
+        #[command(flatten)]
+        model: session::ModelArgs,
+        #[command(flatten)]
+        sample: run::SampleArgs,
+        /// A system message for the conversation.
+        #[arg(long)]
+        system: Option<String>,
     },
     /// Show a model's architecture, hyper-parameters, tensors and tokenizer.
     Inspect {
@@ -77,6 +99,17 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Inspect { model, json } => inspect::run(model.as_deref(), json),
+        Command::Run {
+            model,
+            sample,
+            raw,
+            prompt,
+        } => run::run(&model, &sample, raw, &prompt),
+        Command::Chat {
+            model,
+            sample,
+            system,
+        } => run::chat(&model, &sample, system.as_deref()),
     }
 }
 

@@ -3,8 +3,17 @@
 //! No I/O lives here; everything is a pure function of its inputs.
 #![forbid(unsafe_code)]
 
+pub mod backend;
+pub mod batch;
+pub mod bytes;
 pub mod dtype;
 pub mod quant;
 
+pub use backend::{
+    AttentionOps, Backend, BackendError, ElementwiseOps, FullBackend, LinearOps, RopeOps, Shape,
+    WeightSource,
+};
+pub use batch::{ForwardBatch, KvSpec, LaneView};
+pub use bytes::HostBytes;
 pub use dtype::{GgmlType, TypeInfo};
 pub use quant::{QuantError, dequantize};

@@ -7,7 +7,6 @@ mod kquants;
 mod legacy;
 
 use crate::dtype::GgmlType;
-use half::f16;
 
 /// Why a dequantization was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -79,9 +78,23 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
 }
 
 /// The little-endian f16 at byte `at`, widened exactly to f32.
-#[inline]
+#[inline(always)]
 pub fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
+    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+/// Exact f16 → f32 widening in plain integer code, so it inlines into every kernel.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1F) as u32;
+    let man = (h & 0x3FF) as u32;
+    match exp {
+        // Subnormal (or zero): man · 2⁻²⁴, exact in f32.
+        0 => f32::from_bits(sign | (man as f32 * (1.0 / 16_777_216.0)).to_bits()),
+        0x1F => f32::from_bits(sign | 0x7F80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
 }
 
 /// Unpacks the 6-bit scales and mins of a Q4_K/Q5_K super-block (12 bytes → 8 + 8).
@@ -94,4 +107,21 @@ pub fn k_scale_min(scales: &[u8]) -> ([u8; 8], [u8; 8]) {
         mn[4 + i] = (scales[8 + i] >> 4) | ((scales[4 + i] >> 2) & 0x30);
     }
     (sc, mn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_widening_matches_half_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = f16_to_f32(bits);
+            assert!(
+                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                "{bits:#06x}"
+            );
+        }
+    }
 }

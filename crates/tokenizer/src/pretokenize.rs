@@ -17,7 +17,8 @@ pub const SUPPORTED: &str = "default, gpt2, smollm, llama-bpe, llama3, qwen2";
 /// A configured pre-tokenizer.
 #[derive(Debug)]
 pub struct PreTokenizer {
-    /// Isolate each ASCII digit before the pattern runs (Hugging Face `Digits(individual_digits=True)`).
+    /// Isolate each numeric character (Unicode N: `1`, `²`, `Ⅷ`, `①`) before the pattern runs, as
+    /// Hugging Face's `Digits(individual_digits=True)` does.
     split_digits: bool,
     pattern: Regex,
 }
@@ -50,10 +51,11 @@ impl PreTokenizer {
         }
         let mut start = 0;
         for (i, c) in text.char_indices() {
-            if c.is_ascii_digit() {
+            if c.is_numeric() {
+                let end = i + c.len_utf8();
                 self.split_pattern(&text[start..i], &mut f);
-                f(&text[i..i + 1]);
-                start = i + 1;
+                f(&text[i..end]);
+                start = end;
             }
         }
         self.split_pattern(&text[start..], &mut f);
@@ -97,8 +99,11 @@ mod tests {
     }
 
     #[test]
-    fn smollm_isolates_ascii_digits() {
-        assert_eq!(words("smollm", "a 123"), ["a", " ", "1", "2", "3"]);
+    fn smollm_isolates_numeric_characters() {
+        assert_eq!(
+            words("smollm", "a 123 ²"),
+            ["a", " ", "1", "2", "3", " ", "²"]
+        );
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! Paged causal attention with grouped-query heads, and the K/V store it reads.
+//! Each (row, head) is computed alone: scores over positions 0..=position in position order, a
+//! softmax whose sums run in a fixed lane order over positions, then the V sum in position order.
+//! Nothing depends on which other rows share the batch or whether K/V came from an earlier step.
+
+use crate::SyncPtr;
+use crate::pool::Pool;
+use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
+use plumb_core::{ForwardBatch, KvSpec};
+
+/// K and V for every layer: [num_slots, num_kv_heads, head_dim] each, f32.
+#[derive(Debug)]
+pub struct CpuKvCache {
+    pub spec: KvSpec,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl CpuKvCache {
+    /// Allocates zeroed storage; pages become resident only when written.
+    pub fn new(spec: &KvSpec) -> Self {
+        let per_layer = spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim;
+        CpuKvCache {
+            spec: *spec,
+            k: (0..spec.num_layers)
+                .map(|_| vec![0f32; per_layer])
+                .collect(),
+            v: (0..spec.num_layers)
+                .map(|_| vec![0f32; per_layer])
+                .collect(),
+        }
+    }
+
+    fn slot_len(&self) -> usize {
+        self.spec.num_kv_heads * self.spec.head_dim
+    }
+
+    /// Writes rows of K and V ([num_rows, num_kv_heads · head_dim]) at their slots.
+    pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], slot_mapping: &[u32]) {
+        let len = self.slot_len();
+        for (r, &slot) in slot_mapping.iter().enumerate() {
+            let at = slot as usize * len;
+            self.k[layer][at..at + len].copy_from_slice(&k[r * len..(r + 1) * len]);
+            self.v[layer][at..at + len].copy_from_slice(&v[r * len..(r + 1) * len]);
+        }
+    }
+}
+
+/// out = attention(q) for every row and head, split over threads by (row, head).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    pool: &Pool,
+    isa: Isa,
+    q: &[f32],
+    kv: &CpuKvCache,
+    layer: usize,
+    batch: &ForwardBatch,
+    num_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let spec = &kv.spec;
+    let head_dim = spec.head_dim;
+    assert_eq!(
+        head_dim % LANES,
+        0,
+        "attention needs head_dim to be a multiple of {LANES}"
+    );
+    let num_rows = batch.num_rows();
+    let units = num_rows * num_heads;
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    let out_len = out.len();
+    pool.run(&|t, nt| {
+        let range = crate::pool::split_range(units, t, nt, 1);
+        // SAFETY: each (row, head) unit writes only its own head_dim slice of `out`, units are
+        // split disjointly across threads, and `out` outlives `pool.run`.
+        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), out_len) };
+        let mut slots = Vec::new();
+        for unit in range {
+            let (row, head) = (unit / num_heads, unit % num_heads);
+            let kv_head = head / (num_heads / spec.num_kv_heads);
+            let ctx = batch.positions[row] as usize + 1;
+            let lane = batch.row_lane[row] as usize;
+            slots.clear();
+            slots.extend((0..ctx).map(|p| batch.slot(lane, p) as u32));
+            let qh = &q[(row * num_heads + head) * head_dim..][..head_dim];
+            let oh = &mut out[(row * num_heads + head) * head_dim..][..head_dim];
+            attend_head(
+                isa,
+                qh,
+                &kv.k[layer],
+                &kv.v[layer],
+                &slots,
+                kv_head,
+                spec.num_kv_heads,
+                head_dim,
+                scale,
+                oh,
+            );
+        }
+    });
+}
+
+simd_dispatch! {
+    #[allow(clippy::too_many_arguments)]
+    fn attend_head(q: &[f32], k: &[f32], v: &[f32], slots: &[u32], kv_head: usize, num_kv_heads: usize, head_dim: usize, scale: f32, out: &mut [f32]) => attend_head_kernel
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_head_kernel<S: F32x16>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    slots: &[u32],
+    kv_head: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let ctx = slots.len();
+    let at = |slot: u32| (slot as usize * num_kv_heads + kv_head) * head_dim;
+    let mut scores = vec![0f32; ctx.div_ceil(LANES) * LANES];
+    for (s, &slot) in scores.iter_mut().zip(slots.iter()) {
+        let kh = &k[at(slot)..][..head_dim];
+        let mut acc = S::zero();
+        for j in (0..head_dim).step_by(LANES) {
+            acc = S::load(&q[j..]).fma(S::load(&kh[j..]), acc);
+        }
+        *s = acc.hsum() * scale;
+    }
+    let max = scores[..ctx]
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &s| if s > m { s } else { m });
+    let mut sum = S::zero();
+    for c in (0..scores.len()).step_by(LANES) {
+        let mut p = [0f32; LANES];
+        exp(S::load(&scores[c..]).sub(S::splat(max))).store(&mut p);
+        let valid = (ctx - c).min(LANES);
+        p[valid..].fill(0.0);
+        scores[c..c + LANES].copy_from_slice(&p);
+        sum = sum.add(S::load(&p));
+    }
+    let inv = 1.0 / sum.hsum();
+    let mut acc = [S::zero(); 16];
+    let nv = head_dim / LANES;
+    assert!(nv <= acc.len(), "head_dim above 256 is not supported");
+    for (p, &slot) in scores.iter().zip(slots.iter()) {
+        let vh = &v[at(slot)..][..head_dim];
+        let pv = S::splat(*p);
+        for (i, a) in acc.iter_mut().take(nv).enumerate() {
+            *a = pv.fma(S::load(&vh[i * LANES..]), *a);
+        }
+    }
+    let inv_v = S::splat(inv);
+    for (i, a) in acc.iter().take(nv).enumerate() {
+        a.mul(inv_v).store(&mut out[i * LANES..]);
+    }
+}

@@ -1,0 +1,369 @@
+//! plumb-backend-cpu: the CPU backend. SIMD kernels chosen at run time (AVX-512, AVX2, scalar —
+//! bit-identical to each other by construction, see `simd`), a persistent thread pool over all
+//! cores, weights computed straight from the memory-mapped checkpoint in their own format.
+//! Invariant (DESIGN.md principle 2): every output row's reduction order is fixed by shapes alone.
+
+mod attention;
+mod dequant;
+mod elementwise;
+mod linear;
+mod pool;
+pub mod simd;
+
+pub use attention::CpuKvCache;
+pub use pool::Pool;
+pub use simd::Isa;
+
+use plumb_core::{
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec,
+    LinearOps, RopeOps, Shape, WeightSource,
+};
+
+/// A raw pointer that kernels share across pool threads for disjoint writes.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncPtr(pub *mut f32);
+// SAFETY: only used to hand one output buffer to pool threads that write disjoint parts of it
+// while the owner waits in `Pool::run`.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+
+impl SyncPtr {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
+    pub fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// An activation tensor: [rows, cols] f32, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+impl Shape for CpuTensor {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A weight in its checkpoint format, read in place.
+#[derive(Debug)]
+pub struct CpuWeight {
+    pub name: String,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    bytes: HostBytes,
+    row_bytes: usize,
+    /// Vectors (norm weights) are kept dequantized.
+    dense: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn row_bytes(&self, row: usize) -> &[u8] {
+        &self.bytes[row * self.row_bytes..(row + 1) * self.row_bytes]
+    }
+}
+
+impl Shape for CpuWeight {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// The CPU backend.
+#[derive(Debug)]
+pub struct CpuBackend {
+    pool: Pool,
+    isa: Isa,
+}
+
+impl CpuBackend {
+    /// A backend on `num_threads` threads (0: all cores) with the best detected ISA.
+    pub fn new(num_threads: usize) -> Self {
+        let n = if num_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            num_threads
+        };
+        CpuBackend {
+            pool: Pool::new(n),
+            isa: Isa::detect(),
+        }
+    }
+
+    /// The same, with an explicit instruction set (tests compare ISAs).
+    pub fn with_isa(num_threads: usize, isa: Isa) -> Self {
+        CpuBackend {
+            isa,
+            ..Self::new(num_threads)
+        }
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn num_threads(&self) -> usize {
+        self.pool.num_threads()
+    }
+
+    /// Splits `rows` of `cols` over the pool and calls `f(first_row, rows_slice)`.
+    fn par_rows(&self, num_rows: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+        if num_rows < 8 {
+            return f(0..num_rows);
+        }
+        self.pool.run(&|t, nt| {
+            let r = pool::split_range(num_rows, t, nt, 1);
+            if !r.is_empty() {
+                f(r);
+            }
+        });
+    }
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> String {
+        format!("cpu ({:?}, {} threads)", self.isa, self.pool.num_threads())
+    }
+
+    fn supports(&self, ty: GgmlType) -> bool {
+        ty.can_dequantize()
+    }
+
+    fn load_weight(&self, src: WeightSource) -> Result<CpuWeight, BackendError> {
+        if !self.supports(src.ty) {
+            return Err(BackendError::UnsupportedType {
+                backend: self.name(),
+                ty: src.ty,
+                name: src.name,
+            });
+        }
+        let bad = |why: String| BackendError::BadWeight {
+            name: src.name.clone(),
+            why,
+        };
+        let row_bytes = src
+            .ty
+            .bytes_for(src.cols as u64)
+            .ok_or_else(|| bad(format!("{} columns do not fill whole blocks", src.cols)))?;
+        if row_bytes as usize * src.rows != src.bytes.len() {
+            return Err(bad(format!(
+                "{} bytes for {} × {} {}",
+                src.bytes.len(),
+                src.rows,
+                src.cols,
+                src.ty
+            )));
+        }
+        let dense = if src.rows == 1 {
+            let mut v = vec![0f32; src.cols];
+            dequant::dequant_row(self.isa, src.ty, &src.bytes, &mut v);
+            Some(v)
+        } else {
+            if src.cols % simd::LANES != 0 {
+                return Err(bad(format!(
+                    "row length {} is not a multiple of {}",
+                    src.cols,
+                    simd::LANES
+                )));
+            }
+            None
+        };
+        Ok(CpuWeight {
+            name: src.name,
+            ty: src.ty,
+            rows: src.rows,
+            cols: src.cols,
+            bytes: src.bytes,
+            row_bytes: row_bytes as usize,
+            dense,
+        })
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> CpuTensor {
+        CpuTensor {
+            rows,
+            cols,
+            data: vec![0f32; rows * cols],
+        }
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
+        assert_eq!(data.len(), rows * cols);
+        CpuTensor {
+            rows,
+            cols,
+            data: data.to_vec(),
+        }
+    }
+
+    fn download(&self, t: &CpuTensor) -> Vec<f32> {
+        t.data.clone()
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
+        CpuKvCache::new(spec)
+    }
+}
+
+impl LinearOps for CpuBackend {
+    fn linear(&self, x: &CpuTensor, w: &CpuWeight, out: &mut CpuTensor) {
+        assert_eq!(
+            (x.cols, out.rows, out.cols),
+            (w.cols, x.rows, w.rows),
+            "linear `{}`: shape mismatch",
+            w.name
+        );
+        linear::linear(&self.pool, self.isa, &x.data, x.rows, w, &mut out.data);
+    }
+
+    fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {
+        assert_eq!(
+            (out.rows, out.cols),
+            (ids.len(), table.cols),
+            "embed `{}`: shape mismatch",
+            table.name
+        );
+        for (row, &id) in out.data.chunks_exact_mut(table.cols).zip(ids) {
+            assert!(
+                (id as usize) < table.rows,
+                "token id {id} outside `{}`",
+                table.name
+            );
+            dequant::dequant_row(self.isa, table.ty, table.row_bytes(id as usize), row);
+        }
+    }
+
+    fn gather_rows(&self, x: &CpuTensor, rows: &[u32], out: &mut CpuTensor) {
+        assert_eq!((out.rows, out.cols), (rows.len(), x.cols));
+        for (o, &r) in out.data.chunks_exact_mut(x.cols).zip(rows) {
+            o.copy_from_slice(&x.data[r as usize * x.cols..][..x.cols]);
+        }
+    }
+}
+
+impl ElementwiseOps for CpuBackend {
+    fn rms_norm(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32, out: &mut CpuTensor) {
+        let w = weight.dense.as_deref().expect("norm weights are vectors");
+        assert_eq!(
+            (x.cols, out.rows, out.cols),
+            (w.len(), x.rows, x.cols),
+            "rms_norm `{}`: shape mismatch",
+            weight.name
+        );
+        let cols = x.cols;
+        let out_ptr = SyncPtr(out.data.as_mut_ptr());
+        let isa = self.isa;
+        self.par_rows(x.rows, &|r| {
+            // SAFETY: disjoint row ranges per thread; `out` outlives the call.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols)
+            };
+            elementwise::rms_norm_rows(isa, &x.data[r.start * cols..r.end * cols], w, eps, o);
+        });
+    }
+
+    fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
+        assert_eq!((acc.rows, acc.cols), (x.rows, x.cols));
+        elementwise::add_into(self.isa, &mut acc.data, &x.data);
+    }
+
+    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
+        assert_eq!((gate.rows, gate.cols), (up.rows, up.cols));
+        assert_eq!((gate.rows, gate.cols), (out.rows, out.cols));
+        let cols = gate.cols;
+        let out_ptr = SyncPtr(out.data.as_mut_ptr());
+        let isa = self.isa;
+        self.par_rows(gate.rows, &|r| {
+            // SAFETY: disjoint row ranges per thread; `out` outlives the call.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols)
+            };
+            let span = r.start * cols..r.end * cols;
+            elementwise::silu_mul(isa, &gate.data[span.clone()], &up.data[span], o);
+        });
+    }
+}
+
+impl RopeOps for CpuBackend {
+    fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> CpuTensor {
+        let data = elementwise::rope_table(positions, inv_freq);
+        CpuTensor {
+            rows: positions.len(),
+            cols: 2 * inv_freq.len(),
+            data,
+        }
+    }
+
+    fn rope(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
+        assert_eq!(
+            (x.rows, x.cols),
+            (table.rows, num_heads * head_dim),
+            "rope: shape mismatch"
+        );
+        let cols = x.cols;
+        elementwise::rope_rows(
+            &mut x.data,
+            cols,
+            &table.data,
+            table.cols / 2,
+            num_heads,
+            head_dim,
+        );
+    }
+}
+
+impl AttentionOps for CpuBackend {
+    fn write_kv(
+        &self,
+        kv: &mut CpuKvCache,
+        layer: usize,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        batch: &ForwardBatch,
+    ) {
+        kv.write(layer, &k.data, &v.data, &batch.slot_mapping);
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        kv: &CpuKvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        num_heads: usize,
+        scale: f32,
+        out: &mut CpuTensor,
+    ) {
+        assert_eq!(
+            (q.rows, q.cols),
+            (batch.num_rows(), num_heads * kv.spec.head_dim),
+            "attention: q shape"
+        );
+        attention::attention(
+            &self.pool,
+            self.isa,
+            &q.data,
+            kv,
+            layer,
+            batch,
+            num_heads,
+            scale,
+            &mut out.data,
+        );
+    }
+}

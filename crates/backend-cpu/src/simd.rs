@@ -1,0 +1,138 @@
+//! `F32x16`: sixteen f32 lanes with one arithmetic contract on every instruction set.
+//! AVX-512, AVX2 (two halves) and portable scalar code perform the same IEEE operations lane by
+//! lane — fused multiply-add where the kernels ask for it, and the same fixed pairwise tree in
+//! `hsum` — so a kernel written once gives bit-identical results whichever ISA runs it.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+pub mod scalar;
+
+/// Lanes per vector.
+pub const LANES: usize = 16;
+
+/// The instruction set chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+    Scalar,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports (`PLUMB_ISA=avx2|scalar` forces a lower one).
+    pub fn detect() -> Isa {
+        let forced = std::env::var("PLUMB_ISA").ok();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vl");
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            match forced.as_deref() {
+                Some("scalar") => return Isa::Scalar,
+                Some("avx2") if avx2 => return Isa::Avx2,
+                _ => {}
+            }
+            if avx512 && avx2 {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        let _ = forced;
+        Isa::Scalar
+    }
+}
+
+/// Sixteen f32 lanes. Every method is `#[inline(always)]` in its implementations so a kernel
+/// instantiated inside a `#[target_feature]` entry point compiles to straight vector code.
+pub trait F32x16: Copy {
+    fn zero() -> Self;
+    fn splat(x: f32) -> Self;
+    /// Loads `s[..16]`.
+    fn load(s: &[f32]) -> Self;
+    /// Stores into `s[..16]`.
+    fn store(self, s: &mut [f32]);
+    fn add(self, b: Self) -> Self;
+    fn sub(self, b: Self) -> Self;
+    fn mul(self, b: Self) -> Self;
+    fn div(self, b: Self) -> Self;
+    /// self · b + c with one rounding.
+    fn fma(self, b: Self, c: Self) -> Self;
+    fn max(self, b: Self) -> Self;
+    fn min(self, b: Self) -> Self;
+    /// Round to nearest integer, ties to even.
+    fn round(self) -> Self;
+    /// 2^self for integral lanes in [-126, 127].
+    fn pow2i(self) -> Self;
+    /// Sum of lanes by the fixed tree ((i, i+8), then (i, i+4), (i, i+2), (i, i+1)).
+    fn hsum(self) -> f32;
+    /// Maximum of lanes.
+    fn hmax(self) -> f32;
+    /// Lanes from the low (`HIGH = false`) or high nibbles of 16 bytes, as unsigned integers.
+    fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self;
+    /// Lanes from 16 signed bytes.
+    fn from_i8(q: &[u8]) -> Self;
+    /// Lanes from 16 little-endian f16 values (32 bytes).
+    fn from_f16(q: &[u8]) -> Self;
+    /// Lanes from 16 little-endian bf16 values (32 bytes).
+    fn from_bf16(q: &[u8]) -> Self;
+    /// One little-endian f16 at `q[at..at + 2]`, widened exactly (hardware conversion where available).
+    fn f16_scalar(q: &[u8], at: usize) -> f32;
+}
+
+/// e^x for every lane, accurate to about 2 ulp; lanes below -87.3 give the smallest normal.
+#[inline(always)]
+pub fn exp<S: F32x16>(x: S) -> S {
+    let x = x.max(S::splat(-87.336_55)).min(S::splat(88.722_83));
+    let n = x.mul(S::splat(std::f32::consts::LOG2_E)).round();
+    let r = n.fma(S::splat(-0.693_359_4), x);
+    let r = n.fma(S::splat(2.121_944_4e-4), r);
+    let mut p = S::splat(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = p.fma(r, S::splat(c));
+    }
+    let y = p.fma(r.mul(r), r).add(S::splat(1.0));
+    y.mul(n.pow2i())
+}
+
+/// Generates a dispatcher `$name(isa, args..)` that runs `$kernel::<S>` compiled for each ISA.
+macro_rules! simd_dispatch {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? => $kernel:ident) => {
+        $(#[$meta])*
+        $vis fn $name(isa: $crate::simd::Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")]
+            unsafe fn with_avx512($($arg: $ty),*) $(-> $ret)? {
+                $kernel::<$crate::simd::avx512::Avx512>($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn with_avx2($($arg: $ty),*) $(-> $ret)? {
+                $kernel::<$crate::simd::avx2::Avx2>($($arg),*)
+            }
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx512` is only produced by `Isa::detect` after the CPU reported these features.
+                $crate::simd::Isa::Avx512 => unsafe { with_avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx2` is only produced by `Isa::detect` after the CPU reported these features.
+                $crate::simd::Isa::Avx2 => unsafe { with_avx2($($arg),*) },
+                _ => $kernel::<$crate::simd::scalar::Scalar>($($arg),*),
+            }
+        }
+    };
+}
+pub(crate) use simd_dispatch;

@@ -1,0 +1,149 @@
+//! `F32x16` on one AVX-512 register.
+//! Every method is only reachable from kernels instantiated inside `#[target_feature]` entry
+//! points that `Isa::detect` gated on avx512f/bw/dq/vl, f16c and fma (see `simd_dispatch!`);
+//! that is the SAFETY argument for each intrinsic call below.
+
+use super::F32x16;
+use std::arch::x86_64::*;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Avx512(__m512);
+
+impl F32x16 for Avx512 {
+    #[inline(always)]
+    fn zero() -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_setzero_ps() })
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_set1_ps(x) })
+    }
+    #[inline(always)]
+    fn load(s: &[f32]) -> Self {
+        assert!(s.len() >= 16);
+        // SAFETY: 16 readable lanes checked above; unaligned load.
+        Avx512(unsafe { _mm512_loadu_ps(s.as_ptr()) })
+    }
+    #[inline(always)]
+    fn store(self, s: &mut [f32]) {
+        assert!(s.len() >= 16);
+        // SAFETY: 16 writable lanes checked above; unaligned store.
+        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), self.0) }
+    }
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_add_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn sub(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_sub_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_mul_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn div(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_div_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn fma(self, b: Self, c: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
+    }
+    #[inline(always)]
+    fn max(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_max_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn min(self, b: Self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe { _mm512_min_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn round(self) -> Self {
+        // SAFETY: see the module note.
+        Avx512(unsafe {
+            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0)
+        })
+    }
+    #[inline(always)]
+    fn pow2i(self) -> Self {
+        // SAFETY: see the module note.
+        unsafe {
+            let n = _mm512_cvtps_epi32(self.0);
+            Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(
+                _mm512_add_epi32(n, _mm512_set1_epi32(127)),
+            )))
+        }
+    }
+    #[inline(always)]
+    fn hsum(self) -> f32 {
+        // SAFETY: see the module note.
+        unsafe {
+            let lo = _mm512_castps512_ps256(self.0);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(self.0)));
+            let b = _mm256_add_ps(lo, hi);
+            let c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
+            let d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+            _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps::<0b01>(d, d)))
+        }
+    }
+    #[inline(always)]
+    fn hmax(self) -> f32 {
+        // SAFETY: see the module note.
+        unsafe { _mm512_reduce_max_ps(self.0) }
+    }
+    #[inline(always)]
+    fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self {
+        assert!(q.len() >= 16);
+        // SAFETY: 16 readable bytes checked above.
+        unsafe {
+            let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast()));
+            let n = if HIGH {
+                _mm512_srli_epi32::<4>(b)
+            } else {
+                _mm512_and_si512(b, _mm512_set1_epi32(0x0F))
+            };
+            Avx512(_mm512_cvtepi32_ps(n))
+        }
+    }
+    #[inline(always)]
+    fn from_i8(q: &[u8]) -> Self {
+        assert!(q.len() >= 16);
+        // SAFETY: 16 readable bytes checked above.
+        unsafe {
+            Avx512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                q.as_ptr().cast(),
+            ))))
+        }
+    }
+    #[inline(always)]
+    fn from_f16(q: &[u8]) -> Self {
+        assert!(q.len() >= 32);
+        // SAFETY: 32 readable bytes checked above.
+        unsafe { Avx512(_mm512_cvtph_ps(_mm256_loadu_si256(q.as_ptr().cast()))) }
+    }
+    #[inline(always)]
+    fn from_bf16(q: &[u8]) -> Self {
+        assert!(q.len() >= 32);
+        // SAFETY: 32 readable bytes checked above.
+        unsafe {
+            let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(q.as_ptr().cast()));
+            Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
+        }
+    }
+    #[inline(always)]
+    fn f16_scalar(q: &[u8], at: usize) -> f32 {
+        let bits = u16::from_le_bytes([q[at], q[at + 1]]);
+        // SAFETY: see the module note (f16c is part of the gate).
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
+    }
+}

@@ -1,0 +1,119 @@
+//! The `Backend` op groups every model graph is written against. A backend (float64 reference,
+//! CPU, CUDA) implements them; a family never knows which one runs it.
+//! Invariant (DESIGN.md principle 2): every op computes each output row with a reduction order
+//! fixed by shapes alone — never by the number of rows, a row's place in the batch, or chunking.
+//! Tensors are 2-D, row-major, f32: [rows, cols]. Ops panic on shape mismatch: shapes come from
+//! validated configs, so a mismatch is a bug in a graph, never bad user input.
+
+use crate::batch::{ForwardBatch, KvSpec};
+use crate::bytes::HostBytes;
+use crate::dtype::GgmlType;
+
+/// A weight as stored in a checkpoint: `rows` outputs of `cols` inputs, in type `ty`.
+#[derive(Clone, Debug)]
+pub struct WeightSource {
+    pub name: String,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: HostBytes,
+}
+
+/// Why a backend refused a weight.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend `{backend}` has no kernels for {ty} (tensor `{name}`)")]
+    UnsupportedType {
+        backend: String,
+        ty: GgmlType,
+        name: String,
+    },
+    #[error("tensor `{name}`: {why}")]
+    BadWeight { name: String, why: String },
+}
+
+/// Shape of a backend tensor.
+pub trait Shape {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+}
+
+/// Memory: tensors, weights and the KV cache. Every other group builds on it.
+pub trait Backend: Send + Sync {
+    /// Activations: [rows, cols] f32.
+    type Tensor: Shape + Send;
+    /// A prepared weight matrix or vector.
+    type Weight: Shape + Send + Sync;
+    /// Paged K/V storage for all layers.
+    type KvCache: Send;
+
+    fn name(&self) -> String;
+    /// Whether `linear`/`embed` accept weights of type `ty`.
+    fn supports(&self, ty: GgmlType) -> bool;
+    fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
+    /// A zeroed [rows, cols] tensor.
+    fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
+    /// Copies host data in (`data.len() == rows * cols`).
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
+    /// Copies a tensor out, row-major.
+    fn download(&self, t: &Self::Tensor) -> Vec<f32>;
+    fn new_kv_cache(&self, spec: &KvSpec) -> Self::KvCache;
+}
+
+/// Matrix products and lookups over any weight format.
+pub trait LinearOps: Backend {
+    /// out[n, m] = Σ_k x[n, k] · w[m, k]. x: [num_rows, cols(w)], out: [num_rows, rows(w)].
+    fn linear(&self, x: &Self::Tensor, w: &Self::Weight, out: &mut Self::Tensor);
+    /// out[n, :] = table[ids[n], :] dequantized. out: [ids.len(), cols(table)].
+    fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
+    /// out[i, :] = x[rows[i], :].
+    fn gather_rows(&self, x: &Self::Tensor, rows: &[u32], out: &mut Self::Tensor);
+}
+
+/// Normalization and element-wise ops.
+pub trait ElementwiseOps: Backend {
+    /// out[n, :] = x[n, :] / sqrt(mean(x[n, :]²) + eps) · weight. weight: [1, cols].
+    fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32, out: &mut Self::Tensor);
+    /// acc += x.
+    fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor);
+    /// out = silu(gate) · up.
+    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor);
+}
+
+/// Rotary position embeddings.
+pub trait RopeOps: Backend {
+    /// [num_rows, 2 · inv_freq.len()]: cos then sin of `positions[n] · inv_freq[i]`, computed in f64.
+    fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> Self::Tensor;
+    /// Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first `2 · inv_freq.len()` dims
+    /// (the layout of GGUF Llama-family checkpoints). x: [num_rows, num_heads · head_dim].
+    fn rope(&self, x: &mut Self::Tensor, table: &Self::Tensor, num_heads: usize, head_dim: usize);
+}
+
+/// Paged attention.
+pub trait AttentionOps: Backend {
+    /// Stores each row's K and V ([num_rows, num_kv_heads · head_dim]) at its slot of `layer`.
+    fn write_kv(
+        &self,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        batch: &ForwardBatch,
+    );
+    /// Causal grouped-query attention of each row over positions 0..=position of its lane.
+    /// q: [num_rows, num_heads · head_dim] → out: same shape.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        kv: &Self::KvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        num_heads: usize,
+        scale: f32,
+        out: &mut Self::Tensor,
+    );
+}
+
+/// Everything a Llama-style graph needs.
+pub trait FullBackend: LinearOps + ElementwiseOps + RopeOps + AttentionOps {}
+impl<B: LinearOps + ElementwiseOps + RopeOps + AttentionOps> FullBackend for B {}

@@ -1,0 +1,90 @@
+//! `ForwardBatch`: everything a model needs to know about one engine step, and nothing more.
+//! A row is one token of one sequence; rows of different lanes (and prefill chunks and decode
+//! tokens) share a batch. Invariant: each row's K/V slot is inside its lane's block table, and
+//! every position a row attends to (0..=position) is in the cache once the row's layer has
+//! written its own K/V — so attention never depends on which other rows are in the batch.
+
+/// KV cache geometry shared by the scheduler (which hands out blocks) and backends (which store them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    pub num_layers: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Positions per block.
+    pub block_size: usize,
+    pub num_blocks: usize,
+}
+
+impl KvSpec {
+    /// Bytes one position takes across all layers, K and V, in f32.
+    pub fn bytes_per_position(&self) -> usize {
+        self.num_layers * self.num_kv_heads * self.head_dim * 2 * 4
+    }
+}
+
+/// One lane's view for this step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneView {
+    /// Physical block ids, in position order.
+    pub block_table: Vec<u32>,
+}
+
+/// The rows of one forward pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForwardBatch {
+    /// [num_rows] token ids.
+    pub token_ids: Vec<u32>,
+    /// [num_rows] position of each token in its sequence.
+    pub positions: Vec<u32>,
+    /// [num_rows] index into `lanes`.
+    pub row_lane: Vec<u32>,
+    /// [num_rows] KV slot (`block_id * block_size + offset`) each row writes.
+    pub slot_mapping: Vec<u32>,
+    pub lanes: Vec<LaneView>,
+    /// Rows whose logits are wanted, in output order.
+    pub logits_rows: Vec<u32>,
+    pub block_size: usize,
+}
+
+impl ForwardBatch {
+    pub fn num_rows(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    /// Slot of `position` in lane `lane`.
+    pub fn slot(&self, lane: usize, position: usize) -> usize {
+        let table = &self.lanes[lane].block_table;
+        table[position / self.block_size] as usize * self.block_size + position % self.block_size
+    }
+
+    /// Checks the invariant above; a runner bug, never a user error.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.num_rows();
+        if self.positions.len() != n || self.row_lane.len() != n || self.slot_mapping.len() != n {
+            return Err("per-row vectors differ in length".into());
+        }
+        for r in 0..n {
+            let lane = self.row_lane[r] as usize;
+            let Some(view) = self.lanes.get(lane) else {
+                return Err(format!(
+                    "row {r} names lane {lane}, which is not in the batch"
+                ));
+            };
+            let pos = self.positions[r] as usize;
+            if pos / self.block_size >= view.block_table.len() {
+                return Err(format!(
+                    "row {r} at position {pos} is past lane {lane}'s block table"
+                ));
+            }
+            if self.slot(lane, pos) != self.slot_mapping[r] as usize {
+                return Err(format!(
+                    "row {r}: slot mapping disagrees with the block table"
+                ));
+            }
+        }
+        if let Some(&r) = self.logits_rows.iter().find(|&&r| r as usize >= n) {
+            return Err(format!("logits row {r} is out of range"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,32 @@
+//! The runner: turns a step plan into the `ForwardBatch` the model consumes.
+
+use plumb_core::{ForwardBatch, LaneView};
+use plumb_scheduler::{Scheduler, StepPlan};
+
+/// Rows for every planned token, one lane per plan item, logits for each sampling item's last row.
+pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
+    let block_size = scheduler.config().block_size;
+    let mut batch = ForwardBatch {
+        block_size,
+        ..ForwardBatch::default()
+    };
+    for (lane, item) in plan.items.iter().enumerate() {
+        let seq = scheduler
+            .get(item.seq_id)
+            .expect("planned sequences are running");
+        batch.lanes.push(LaneView {
+            block_table: seq.block_table.clone(),
+        });
+        for pos in item.start..item.end {
+            batch.token_ids.push(seq.tokens[pos]);
+            batch.positions.push(pos as u32);
+            batch.row_lane.push(lane as u32);
+            batch.slot_mapping.push(batch.slot(lane, pos) as u32);
+        }
+        if item.sample {
+            batch.logits_rows.push(batch.token_ids.len() as u32 - 1);
+        }
+    }
+    debug_assert_eq!(batch.validate(), Ok(()));
+    batch
+}

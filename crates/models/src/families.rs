@@ -1,0 +1,3 @@
+//! One file per model family.
+
+pub mod llama;

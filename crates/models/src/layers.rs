@@ -1,0 +1,6 @@
+//! Shared layers. Each takes its weights by Hugging Face name through a `WeightLoader`.
+
+pub mod attention;
+pub mod loader;
+pub mod mlp;
+pub mod rope;

@@ -1,0 +1,75 @@
+//! Grouped-query self-attention over the paged KV cache: project, rotate, store K/V, attend,
+//! project out. The backend owns the cache layout; this layer never sees a block.
+
+use crate::Trace;
+use crate::layers::loader::WeightLoader;
+use crate::registry::ModelError;
+use plumb_checkpoint::ModelConfig;
+use plumb_core::{Backend, ForwardBatch, FullBackend, Shape};
+
+#[derive(Debug)]
+pub struct Attention<B: Backend> {
+    q_proj: B::Weight,
+    k_proj: B::Weight,
+    v_proj: B::Weight,
+    o_proj: B::Weight,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl<B: FullBackend> Attention<B> {
+    pub fn load(
+        w: &WeightLoader<'_, B>,
+        prefix: &str,
+        c: &ModelConfig,
+    ) -> Result<Self, ModelError> {
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        Ok(Attention {
+            q_proj: w.load_shaped(&format!("{prefix}.q_proj.weight"), h * d, c.hidden_size)?,
+            k_proj: w.load_shaped(&format!("{prefix}.k_proj.weight"), kvh * d, c.hidden_size)?,
+            v_proj: w.load_shaped(&format!("{prefix}.v_proj.weight"), kvh * d, c.hidden_size)?,
+            o_proj: w.load_shaped(&format!("{prefix}.o_proj.weight"), c.hidden_size, h * d)?,
+            num_heads: h,
+            num_kv_heads: kvh,
+            head_dim: d,
+        })
+    }
+
+    /// x: [num_rows, hidden] (normed) → [num_rows, hidden]. `rope` is the step's cos/sin table.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        rope: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let n = x.rows();
+        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let mut q = b.tensor(n, h * d);
+        let mut k = b.tensor(n, kvh * d);
+        let mut v = b.tensor(n, kvh * d);
+        b.linear(x, &self.q_proj, &mut q);
+        b.linear(x, &self.k_proj, &mut k);
+        b.linear(x, &self.v_proj, &mut v);
+        b.rope(&mut q, rope, h, d);
+        b.rope(&mut k, rope, kvh, d);
+        if let Some(t) = trace {
+            t("q_rope", Some(layer), &q);
+            t("k_rope", Some(layer), &k);
+        }
+        b.write_kv(kv, layer, &k, &v, batch);
+        let mut attn = b.tensor(n, h * d);
+        b.attention(&q, kv, layer, batch, h, 1.0 / (d as f32).sqrt(), &mut attn);
+        if let Some(t) = trace {
+            t("attn_out", Some(layer), &attn);
+        }
+        let mut out = b.tensor(n, self.o_proj.rows());
+        b.linear(&attn, &self.o_proj, &mut out);
+        out
+    }
+}

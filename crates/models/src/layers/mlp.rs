@@ -1,0 +1,59 @@
+//! The SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
+
+use crate::Trace;
+use crate::layers::loader::WeightLoader;
+use crate::registry::ModelError;
+use plumb_core::{Backend, ElementwiseOps, LinearOps, Shape};
+
+#[derive(Debug)]
+pub struct Mlp<B: Backend> {
+    gate_proj: B::Weight,
+    up_proj: B::Weight,
+    down_proj: B::Weight,
+}
+
+impl<B: LinearOps + ElementwiseOps> Mlp<B> {
+    pub fn load(
+        w: &WeightLoader<'_, B>,
+        prefix: &str,
+        hidden: usize,
+        intermediate: usize,
+    ) -> Result<Self, ModelError> {
+        Ok(Mlp {
+            gate_proj: w.load_shaped(
+                &format!("{prefix}.gate_proj.weight"),
+                intermediate,
+                hidden,
+            )?,
+            up_proj: w.load_shaped(&format!("{prefix}.up_proj.weight"), intermediate, hidden)?,
+            down_proj: w.load_shaped(
+                &format!("{prefix}.down_proj.weight"),
+                hidden,
+                intermediate,
+            )?,
+        })
+    }
+
+    /// x: [num_rows, hidden] → [num_rows, hidden].
+    pub fn forward(
+        &self,
+        b: &B,
+        x: &B::Tensor,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let n = x.rows();
+        let mut gate = b.tensor(n, self.gate_proj.rows());
+        let mut up = b.tensor(n, self.up_proj.rows());
+        b.linear(x, &self.gate_proj, &mut gate);
+        b.linear(x, &self.up_proj, &mut up);
+        let mut act = b.tensor(n, self.gate_proj.rows());
+        b.silu_mul(&gate, &up, &mut act);
+        if let Some(t) = trace {
+            t("ffn_act", Some(layer), &act);
+        }
+        let mut out = b.tensor(n, self.down_proj.rows());
+        b.linear(&act, &self.down_proj, &mut out);
+        out
+    }
+}
