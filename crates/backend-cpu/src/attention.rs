@@ -22,12 +22,8 @@ impl CpuKvCache {
         let per_layer = spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim;
         CpuKvCache {
             spec: *spec,
-            k: (0..spec.num_layers)
-                .map(|_| vec![0f32; per_layer])
-                .collect(),
-            v: (0..spec.num_layers)
-                .map(|_| vec![0f32; per_layer])
-                .collect(),
+            k: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
+            v: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
         }
     }
 
@@ -61,11 +57,7 @@ pub fn attention(
 ) {
     let spec = &kv.spec;
     let head_dim = spec.head_dim;
-    assert_eq!(
-        head_dim % LANES,
-        0,
-        "attention needs head_dim to be a multiple of {LANES}"
-    );
+    assert_eq!(head_dim % LANES, 0, "attention needs head_dim to be a multiple of {LANES}");
     let num_rows = batch.num_rows();
     let units = num_rows * num_heads;
     let out_ptr = SyncPtr(out.as_mut_ptr());
@@ -85,18 +77,7 @@ pub fn attention(
             slots.extend((0..ctx).map(|p| batch.slot(lane, p) as u32));
             let qh = &q[(row * num_heads + head) * head_dim..][..head_dim];
             let oh = &mut out[(row * num_heads + head) * head_dim..][..head_dim];
-            attend_head(
-                isa,
-                qh,
-                &kv.k[layer],
-                &kv.v[layer],
-                &slots,
-                kv_head,
-                spec.num_kv_heads,
-                head_dim,
-                scale,
-                oh,
-            );
+            attend_head(isa, qh, &kv.k[layer], &kv.v[layer], &slots, kv_head, spec.num_kv_heads, head_dim, scale, oh);
         }
     });
 }
@@ -130,9 +111,7 @@ fn attend_head_kernel<S: F32x16>(
         }
         *s = acc.hsum() * scale;
     }
-    let max = scores[..ctx]
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &s| if s > m { s } else { m });
+    let max = scores[..ctx].iter().fold(f32::NEG_INFINITY, |m, &s| if s > m { s } else { m });
     let mut sum = S::zero();
     for c in (0..scores.len()).step_by(LANES) {
         let mut p = [0f32; LANES];

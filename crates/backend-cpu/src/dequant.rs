@@ -32,27 +32,15 @@ pub(crate) fn dequant_row_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mu
             for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(18)) {
                 let d = S::splat(S::f16_scalar(b, 0));
                 let eight = S::splat(8.0);
-                S::from_nibbles::<false>(&b[2..])
-                    .sub(eight)
-                    .mul(d)
-                    .store(&mut o[..16]);
-                S::from_nibbles::<true>(&b[2..])
-                    .sub(eight)
-                    .mul(d)
-                    .store(&mut o[16..]);
+                S::from_nibbles::<false>(&b[2..]).sub(eight).mul(d).store(&mut o[..16]);
+                S::from_nibbles::<true>(&b[2..]).sub(eight).mul(d).store(&mut o[16..]);
             }
         }
         GgmlType::Q4_1 => {
             for (o, b) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(20)) {
                 let (d, m) = (S::splat(S::f16_scalar(b, 0)), S::splat(S::f16_scalar(b, 2)));
-                S::from_nibbles::<false>(&b[4..])
-                    .mul(d)
-                    .add(m)
-                    .store(&mut o[..16]);
-                S::from_nibbles::<true>(&b[4..])
-                    .mul(d)
-                    .add(m)
-                    .store(&mut o[16..]);
+                S::from_nibbles::<false>(&b[4..]).mul(d).add(m).store(&mut o[..16]);
+                S::from_nibbles::<true>(&b[4..]).mul(d).add(m).store(&mut o[16..]);
             }
         }
         GgmlType::Q8_0 => {
@@ -94,9 +82,7 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 (s >> 33) as u8
             })
             .collect()
@@ -139,10 +125,7 @@ mod tests {
                 }
                 let mut got = vec![f32::NAN; num_elems];
                 dequant_row(isa, ty, &bytes, &mut got);
-                let same = want
-                    .iter()
-                    .zip(&got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{ty} on {isa:?} differs from the definition");
             }
         }

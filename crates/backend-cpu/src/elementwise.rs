@@ -27,10 +27,7 @@ fn rms_norm_kernel<S: F32x16>(x: &[f32], weight: &[f32], eps: f32, out: &mut [f3
         let inv_v = S::splat(inv);
         let mut j = 0;
         while j + LANES <= cols {
-            S::load(&xr[j..])
-                .mul(inv_v)
-                .mul(S::load(&weight[j..]))
-                .store(&mut or[j..]);
+            S::load(&xr[j..]).mul(inv_v).mul(S::load(&weight[j..])).store(&mut or[j..]);
             j += LANES;
         }
         for ((o, &v), &w) in or[j..].iter_mut().zip(&xr[j..]).zip(&weight[j..]) {
@@ -52,9 +49,7 @@ fn silu_mul_kernel<S: F32x16>(gate: &[f32], up: &[f32], out: &mut [f32]) {
     while j + LANES <= n {
         let g = S::load(&gate[j..]);
         let e = exp(S::zero().sub(g));
-        g.div(one.add(e))
-            .mul(S::load(&up[j..]))
-            .store(&mut out[j..]);
+        g.div(one.add(e)).mul(S::load(&up[j..])).store(&mut out[j..]);
         j += LANES;
     }
     if j < n {
@@ -80,14 +75,7 @@ fn add_kernel<S: F32x16>(acc: &mut [f32], x: &[f32]) {
 }
 
 /// Rotates adjacent pairs of each head by the row's (cos, sin) table.
-pub fn rope_rows(
-    x: &mut [f32],
-    cols: usize,
-    table: &[f32],
-    half: usize,
-    num_heads: usize,
-    head_dim: usize,
-) {
+pub fn rope_rows(x: &mut [f32], cols: usize, table: &[f32], half: usize, num_heads: usize, head_dim: usize) {
     for (row, tab) in x.chunks_exact_mut(cols).zip(table.chunks_exact(2 * half)) {
         let (cos, sin) = tab.split_at(half);
         for head in row.chunks_exact_mut(head_dim).take(num_heads) {

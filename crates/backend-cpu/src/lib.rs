@@ -15,8 +15,8 @@ pub use pool::Pool;
 pub use simd::Isa;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec,
-    LinearOps, RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LinearOps, RopeOps,
+    Shape, WeightSource,
 };
 
 /// A raw pointer that kernels share across pool threads for disjoint writes.
@@ -90,23 +90,14 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A backend on `num_threads` threads (0: all cores) with the best detected ISA.
     pub fn new(num_threads: usize) -> Self {
-        let n = if num_threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            num_threads
-        };
-        CpuBackend {
-            pool: Pool::new(n),
-            isa: Isa::detect(),
-        }
+        let n =
+            if num_threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { num_threads };
+        CpuBackend { pool: Pool::new(n), isa: Isa::detect() }
     }
 
     /// The same, with an explicit instruction set (tests compare ISAs).
     pub fn with_isa(num_threads: usize, isa: Isa) -> Self {
-        CpuBackend {
-            isa,
-            ..Self::new(num_threads)
-        }
+        CpuBackend { isa, ..Self::new(num_threads) }
     }
 
     pub fn isa(&self) -> Isa {
@@ -146,28 +137,15 @@ impl Backend for CpuBackend {
 
     fn load_weight(&self, src: WeightSource) -> Result<CpuWeight, BackendError> {
         if !self.supports(src.ty) {
-            return Err(BackendError::UnsupportedType {
-                backend: self.name(),
-                ty: src.ty,
-                name: src.name,
-            });
+            return Err(BackendError::UnsupportedType { backend: self.name(), ty: src.ty, name: src.name });
         }
-        let bad = |why: String| BackendError::BadWeight {
-            name: src.name.clone(),
-            why,
-        };
+        let bad = |why: String| BackendError::BadWeight { name: src.name.clone(), why };
         let row_bytes = src
             .ty
             .bytes_for(src.cols as u64)
             .ok_or_else(|| bad(format!("{} columns do not fill whole blocks", src.cols)))?;
         if row_bytes as usize * src.rows != src.bytes.len() {
-            return Err(bad(format!(
-                "{} bytes for {} × {} {}",
-                src.bytes.len(),
-                src.rows,
-                src.cols,
-                src.ty
-            )));
+            return Err(bad(format!("{} bytes for {} × {} {}", src.bytes.len(), src.rows, src.cols, src.ty)));
         }
         let dense = if src.rows == 1 {
             let mut v = vec![0f32; src.cols];
@@ -175,11 +153,7 @@ impl Backend for CpuBackend {
             Some(v)
         } else {
             if src.cols % simd::LANES != 0 {
-                return Err(bad(format!(
-                    "row length {} is not a multiple of {}",
-                    src.cols,
-                    simd::LANES
-                )));
+                return Err(bad(format!("row length {} is not a multiple of {}", src.cols, simd::LANES)));
             }
             None
         };
@@ -195,20 +169,12 @@ impl Backend for CpuBackend {
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> CpuTensor {
-        CpuTensor {
-            rows,
-            cols,
-            data: vec![0f32; rows * cols],
-        }
+        CpuTensor { rows, cols, data: vec![0f32; rows * cols] }
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
         assert_eq!(data.len(), rows * cols);
-        CpuTensor {
-            rows,
-            cols,
-            data: data.to_vec(),
-        }
+        CpuTensor { rows, cols, data: data.to_vec() }
     }
 
     fn download(&self, t: &CpuTensor) -> Vec<f32> {
@@ -222,28 +188,14 @@ impl Backend for CpuBackend {
 
 impl LinearOps for CpuBackend {
     fn linear(&self, x: &CpuTensor, w: &CpuWeight, out: &mut CpuTensor) {
-        assert_eq!(
-            (x.cols, out.rows, out.cols),
-            (w.cols, x.rows, w.rows),
-            "linear `{}`: shape mismatch",
-            w.name
-        );
+        assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
         linear::linear(&self.pool, self.isa, &x.data, x.rows, w, &mut out.data);
     }
 
     fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {
-        assert_eq!(
-            (out.rows, out.cols),
-            (ids.len(), table.cols),
-            "embed `{}`: shape mismatch",
-            table.name
-        );
+        assert_eq!((out.rows, out.cols), (ids.len(), table.cols), "embed `{}`: shape mismatch", table.name);
         for (row, &id) in out.data.chunks_exact_mut(table.cols).zip(ids) {
-            assert!(
-                (id as usize) < table.rows,
-                "token id {id} outside `{}`",
-                table.name
-            );
+            assert!((id as usize) < table.rows, "token id {id} outside `{}`", table.name);
             dequant::dequant_row(self.isa, table.ty, table.row_bytes(id as usize), row);
         }
     }
@@ -270,9 +222,7 @@ impl ElementwiseOps for CpuBackend {
         let isa = self.isa;
         self.par_rows(x.rows, &|r| {
             // SAFETY: disjoint row ranges per thread; `out` outlives the call.
-            let o = unsafe {
-                std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols)
-            };
+            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols) };
             elementwise::rms_norm_rows(isa, &x.data[r.start * cols..r.end * cols], w, eps, o);
         });
     }
@@ -290,9 +240,7 @@ impl ElementwiseOps for CpuBackend {
         let isa = self.isa;
         self.par_rows(gate.rows, &|r| {
             // SAFETY: disjoint row ranges per thread; `out` outlives the call.
-            let o = unsafe {
-                std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols)
-            };
+            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols) };
             let span = r.start * cols..r.end * cols;
             elementwise::silu_mul(isa, &gate.data[span.clone()], &up.data[span], o);
         });
@@ -302,40 +250,18 @@ impl ElementwiseOps for CpuBackend {
 impl RopeOps for CpuBackend {
     fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> CpuTensor {
         let data = elementwise::rope_table(positions, inv_freq);
-        CpuTensor {
-            rows: positions.len(),
-            cols: 2 * inv_freq.len(),
-            data,
-        }
+        CpuTensor { rows: positions.len(), cols: 2 * inv_freq.len(), data }
     }
 
     fn rope(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
-        assert_eq!(
-            (x.rows, x.cols),
-            (table.rows, num_heads * head_dim),
-            "rope: shape mismatch"
-        );
+        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope: shape mismatch");
         let cols = x.cols;
-        elementwise::rope_rows(
-            &mut x.data,
-            cols,
-            &table.data,
-            table.cols / 2,
-            num_heads,
-            head_dim,
-        );
+        elementwise::rope_rows(&mut x.data, cols, &table.data, table.cols / 2, num_heads, head_dim);
     }
 }
 
 impl AttentionOps for CpuBackend {
-    fn write_kv(
-        &self,
-        kv: &mut CpuKvCache,
-        layer: usize,
-        k: &CpuTensor,
-        v: &CpuTensor,
-        batch: &ForwardBatch,
-    ) {
+    fn write_kv(&self, kv: &mut CpuKvCache, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &ForwardBatch) {
         kv.write(layer, &k.data, &v.data, &batch.slot_mapping);
     }
 
@@ -349,21 +275,7 @@ impl AttentionOps for CpuBackend {
         scale: f32,
         out: &mut CpuTensor,
     ) {
-        assert_eq!(
-            (q.rows, q.cols),
-            (batch.num_rows(), num_heads * kv.spec.head_dim),
-            "attention: q shape"
-        );
-        attention::attention(
-            &self.pool,
-            self.isa,
-            &q.data,
-            kv,
-            layer,
-            batch,
-            num_heads,
-            scale,
-            &mut out.data,
-        );
+        assert_eq!((q.rows, q.cols), (batch.num_rows(), num_heads * kv.spec.head_dim), "attention: q shape");
+        attention::attention(&self.pool, self.isa, &q.data, kv, layer, batch, num_heads, scale, &mut out.data);
     }
 }

@@ -18,18 +18,8 @@ const ROW_BLOCK: usize = 64;
 /// out [num_rows, w.rows] = x [num_rows, w.cols] · wᵀ.
 pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, w: &CpuWeight, out: &mut [f32]) {
     let (m, k) = (w.rows, w.cols);
-    assert_eq!(
-        x.len(),
-        num_rows * k,
-        "linear: x has the wrong size for `{}`",
-        w.name
-    );
-    assert_eq!(
-        out.len(),
-        num_rows * m,
-        "linear: out has the wrong size for `{}`",
-        w.name
-    );
+    assert_eq!(x.len(), num_rows * k, "linear: x has the wrong size for `{}`", w.name);
+    assert_eq!(out.len(), num_rows * m, "linear: out has the wrong size for `{}`", w.name);
     let out_ptr = SyncPtr(out.as_mut_ptr());
     pool.run(&|t, nt| {
         let outputs = split_range(m, t, nt, TILE_M);
@@ -63,11 +53,7 @@ fn linear_part_kernel<S: F32x16>(
         for m0 in (m_start..m_end).step_by(TILE_M) {
             let c = TILE_M.min(m_end - m0);
             for ci in 0..c {
-                crate::dequant::dequant_row_kernel::<S>(
-                    w.ty,
-                    w.row_bytes(m0 + ci),
-                    &mut tile[ci * k..(ci + 1) * k],
-                );
+                crate::dequant::dequant_row_kernel::<S>(w.ty, w.row_bytes(m0 + ci), &mut tile[ci * k..(ci + 1) * k]);
             }
             let mut r0 = rb;
             while r0 < rb_end {

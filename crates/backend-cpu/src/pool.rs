@@ -61,11 +61,7 @@ impl Pool {
                     .expect("spawning a kernel thread")
             })
             .collect();
-        Pool {
-            shared,
-            workers,
-            run_lock: Mutex::new(()),
-        }
+        Pool { shared, workers, run_lock: Mutex::new(()) }
     }
 
     pub fn num_threads(&self) -> usize {
@@ -82,21 +78,13 @@ impl Pool {
         // SAFETY: the job reference is only dereferenced by workers between the epoch bump below
         // and their `done` increment, and this function does not return (or unwind) before every
         // worker has incremented `done`; so the erased lifetime never outlives `f`.
-        let job: &'static Job = unsafe {
-            std::mem::transmute::<&'a (dyn Fn(usize, usize) + Sync + 'a), &'static Job>(f)
-        };
+        let job: &'static Job =
+            unsafe { std::mem::transmute::<&'a (dyn Fn(usize, usize) + Sync + 'a), &'static Job>(f) };
         let mut slot = job;
         self.shared.done.store(0, Ordering::Relaxed);
         self.shared.job.store(&mut slot, Ordering::Relaxed);
         self.shared.epoch.fetch_add(1, Ordering::Release);
-        for t in self
-            .shared
-            .sleepers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .flatten()
-        {
+        for t in self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
             t.unpark();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0, n)));
@@ -131,11 +119,8 @@ fn worker(shared: &Shared, idx: usize) {
             }
             spins = spins.wrapping_add(1);
             if spins % 1024 == 0 && start.elapsed() > SPIN {
-                shared.sleepers.lock().unwrap_or_else(|e| e.into_inner())[idx] =
-                    Some(thread::current());
-                if shared.epoch.load(Ordering::Acquire) == seen
-                    && !shared.shutdown.load(Ordering::Relaxed)
-                {
+                shared.sleepers.lock().unwrap_or_else(|e| e.into_inner())[idx] = Some(thread::current());
+                if shared.epoch.load(Ordering::Acquire) == seen && !shared.shutdown.load(Ordering::Relaxed) {
                     thread::park_timeout(Duration::from_millis(50));
                 }
                 shared.sleepers.lock().unwrap_or_else(|e| e.into_inner())[idx] = None;

@@ -30,9 +30,8 @@ impl Isa {
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512dq")
                 && is_x86_feature_detected!("avx512vl");
-            let avx2 = is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
+            let avx2 =
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
             match forced.as_deref() {
                 Some("scalar") => return Isa::Scalar,
                 Some("avx2") if avx2 => return Isa::Avx2,
@@ -95,13 +94,7 @@ pub fn exp<S: F32x16>(x: S) -> S {
     let r = n.fma(S::splat(-0.693_359_4), x);
     let r = n.fma(S::splat(2.121_944_4e-4), r);
     let mut p = S::splat(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ] {
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
         p = p.fma(r, S::splat(c));
     }
     let y = p.fma(r.mul(r), r).add(S::splat(1.0));

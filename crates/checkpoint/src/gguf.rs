@@ -70,18 +70,8 @@ impl GgufFile {
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| CheckpointError::io(&path, e))?;
         let header = parse::parse(&mmap, &path)?;
         let mmap = Arc::new(mmap);
-        let key_idx = header
-            .metadata
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let tensor_idx = header
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let key_idx = header.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let tensor_idx = header.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Ok(GgufFile {
             path,
             mmap,
@@ -110,16 +100,11 @@ impl GgufFile {
     }
 
     fn require(&self, key: &str) -> Result<&MetaValue, CheckpointError> {
-        self.get(key)
-            .ok_or_else(|| CheckpointError::MissingMetadata(key.to_string()))
+        self.get(key).ok_or_else(|| CheckpointError::MissingMetadata(key.to_string()))
     }
 
     fn wrong(key: &str, expected: &'static str, found: &MetaValue) -> CheckpointError {
-        CheckpointError::WrongMetadataType {
-            key: key.to_string(),
-            expected,
-            found: found.type_name().to_string(),
-        }
+        CheckpointError::WrongMetadataType { key: key.to_string(), expected, found: found.type_name().to_string() }
     }
 
     /// A required string value.
@@ -131,8 +116,7 @@ impl GgufFile {
     /// A required non-negative integer of any width.
     pub fn get_u64(&self, key: &str) -> Result<u64, CheckpointError> {
         let v = self.require(key)?;
-        v.as_u64()
-            .ok_or_else(|| Self::wrong(key, "a non-negative integer", v))
+        v.as_u64().ok_or_else(|| Self::wrong(key, "a non-negative integer", v))
     }
 
     /// A required float of either width.
@@ -156,22 +140,14 @@ impl GgufFile {
     ) -> Result<Option<T>, CheckpointError> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => conv(v)
-                .map(Some)
-                .ok_or_else(|| Self::wrong(key, expected, v)),
+            Some(v) => conv(v).map(Some).ok_or_else(|| Self::wrong(key, expected, v)),
         }
     }
 
     /// A required array of strings.
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>, CheckpointError> {
         let items = self.get_array(key)?;
-        items
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| Self::wrong(key, "an array of strings", v))
-            })
-            .collect()
+        items.iter().map(|v| v.as_str().ok_or_else(|| Self::wrong(key, "an array of strings", v))).collect()
     }
 
     /// The header entry of tensor `name`.
@@ -181,9 +157,7 @@ impl GgufFile {
 
     /// The bytes of tensor `name`.
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8], CheckpointError> {
-        let info = self
-            .tensor(name)
-            .ok_or_else(|| CheckpointError::MissingTensor(name.to_string()))?;
+        let info = self.tensor(name).ok_or_else(|| CheckpointError::MissingTensor(name.to_string()))?;
         Ok(self.tensor_data(info))
     }
 
@@ -196,11 +170,7 @@ impl GgufFile {
     /// A shareable view of a tensor's bytes that keeps the mapping alive (for backends that
     /// compute straight from the page cache).
     pub fn tensor_host_bytes(&self, info: &TensorInfo) -> HostBytes {
-        HostBytes::new(
-            self.mmap.clone(),
-            (self.data_offset + info.offset) as usize,
-            info.size as usize,
-        )
+        HostBytes::new(self.mmap.clone(), (self.data_offset + info.offset) as usize, info.size as usize)
     }
 
     /// Bytes of all tensor data.

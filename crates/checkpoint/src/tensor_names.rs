@@ -57,19 +57,11 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for name in [
-            "token_embd.weight",
-            "output.weight",
-            "blk.0.attn_q.weight",
-            "blk.29.ffn_down.weight",
-        ] {
+        for name in ["token_embd.weight", "output.weight", "blk.0.attn_q.weight", "blk.29.ffn_down.weight"] {
             let hf = gguf_to_hf(name).unwrap();
             assert_eq!(hf_to_gguf(&hf).as_deref(), Some(name));
         }
-        assert_eq!(
-            gguf_to_hf("blk.3.attn_k.weight").unwrap(),
-            "model.layers.3.self_attn.k_proj.weight"
-        );
+        assert_eq!(gguf_to_hf("blk.3.attn_k.weight").unwrap(), "model.layers.3.self_attn.k_proj.weight");
         assert_eq!(gguf_to_hf("blk.x.attn_k.weight"), None);
         assert_eq!(hf_to_gguf("model.layers.1.unknown.weight"), None);
     }

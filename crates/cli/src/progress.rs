@@ -20,11 +20,9 @@ impl Progress for Bars {
         }
         let bar = match total {
             Some(n) => ProgressBar::new(n).with_style(
-                ProgressStyle::with_template(
-                    "{msg:40} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
+                ProgressStyle::with_template("{msg:40} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
             ),
             None => {
                 let b = ProgressBar::new_spinner();

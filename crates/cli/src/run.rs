@@ -41,9 +41,7 @@ pub struct SampleArgs {
 impl SampleArgs {
     pub fn params(&self) -> SamplingParams {
         let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         });
         SamplingParams {
             temperature: self.temperature,
@@ -76,12 +74,7 @@ pub fn generate(
 ) -> Result<(Vec<u32>, GenStats)> {
     let stop_ids = s.tokenizer.spec().eog_ids.clone();
     let prompt_tokens = prompt.len();
-    let req = Request {
-        prompt,
-        params: sample.params(),
-        max_tokens: sample.max_tokens,
-        stop_ids,
-    };
+    let req = Request { prompt, params: sample.params(), max_tokens: sample.max_tokens, stop_ids };
     let id = s.engine.add_request(req)?;
     let mut decoder = StreamDecoder::new(&s.tokenizer, true);
     let mut generated = Vec::new();
@@ -103,22 +96,13 @@ pub fn generate(
     out.write_all(decoder.finish().as_bytes())?;
     let total = start.elapsed().as_secs_f64();
     let prefill_secs = first_token_at.unwrap_or(total);
-    let stats = GenStats {
-        prompt_tokens,
-        generated: generated.len(),
-        prefill_secs,
-        decode_secs: total - prefill_secs,
-        finish,
-    };
+    let stats =
+        GenStats { prompt_tokens, generated: generated.len(), prefill_secs, decode_secs: total - prefill_secs, finish };
     Ok((generated, stats))
 }
 
 fn print_stats(st: &GenStats) {
-    let decode_rate = if st.generated > 1 {
-        (st.generated - 1) as f64 / st.decode_secs
-    } else {
-        0.0
-    };
+    let decode_rate = if st.generated > 1 { (st.generated - 1) as f64 / st.decode_secs } else { 0.0 };
     eprintln!(
         "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; {}]",
         st.prompt_tokens,
@@ -136,9 +120,7 @@ fn print_stats(st: &GenStats) {
 /// Prompt ids: raw text, or the chat template around one user turn.
 fn prompt_ids(s: &Session, prompt: &str, raw: bool) -> Result<Vec<u32>> {
     if prompt.is_empty() {
-        bail!(
-            "the prompt is empty: pass some text, e.g. plumb run \"What is the capital of France?\""
-        );
+        bail!("the prompt is empty: pass some text, e.g. plumb run \"What is the capital of France?\"");
     }
     let text = if raw {
         prompt.to_string()
@@ -165,13 +147,9 @@ pub fn run(model: &ModelArgs, sample: &SampleArgs, raw: bool, prompt: &str) -> R
 pub fn chat(model: &ModelArgs, sample: &SampleArgs, system: Option<&str>) -> Result<()> {
     let mut s = Session::open(model, 512)?;
     if s.template.is_none() {
-        bail!(
-            "this model has no chat template, so `plumb chat` cannot format turns; try `plumb run --raw`"
-        );
+        bail!("this model has no chat template, so `plumb chat` cannot format turns; try `plumb run --raw`");
     }
-    let mut messages: Vec<ChatMessage> = system
-        .map(|sys| vec![ChatMessage::new("system", sys)])
-        .unwrap_or_default();
+    let mut messages: Vec<ChatMessage> = system.map(|sys| vec![ChatMessage::new("system", sys)]).unwrap_or_default();
     eprintln!("plumb chat — {} (end input with Ctrl-D)", s.path.display());
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -187,11 +165,7 @@ pub fn chat(model: &ModelArgs, sample: &SampleArgs, system: Option<&str>) -> Res
             continue;
         }
         messages.push(ChatMessage::new("user", &line));
-        let text = s
-            .template
-            .as_ref()
-            .expect("checked above")
-            .render(&messages, true)?;
+        let text = s.template.as_ref().expect("checked above").render(&messages, true)?;
         let ids = s.tokenizer.encode(&text, true, true);
         let mut stdout = std::io::stdout().lock();
         let (generated, _) = match generate(&mut s, ids, sample, &mut stdout) {

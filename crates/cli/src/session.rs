@@ -49,8 +49,7 @@ impl Session {
         let tokenizer = load::tokenizer(&file)?;
         let template = load::chat_template(&tokenizer)?;
         let backend = CpuBackend::new(args.threads);
-        let model = plumb_models::load_model(&file, &backend)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let model = plumb_models::load_model(&file, &backend).with_context(|| format!("loading {}", path.display()))?;
         let model_ctx = model.config().max_position_embeddings;
         let ctx = args.ctx.unwrap_or(model_ctx.min(8192));
         if ctx == 0 || ctx > model_ctx {

@@ -23,11 +23,7 @@ pub struct WeightSource {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("backend `{backend}` has no kernels for {ty} (tensor `{name}`)")]
-    UnsupportedType {
-        backend: String,
-        ty: GgmlType,
-        name: String,
-    },
+    UnsupportedType { backend: String, ty: GgmlType, name: String },
     #[error("tensor `{name}`: {why}")]
     BadWeight { name: String, why: String },
 }
@@ -92,14 +88,7 @@ pub trait RopeOps: Backend {
 /// Paged attention.
 pub trait AttentionOps: Backend {
     /// Stores each row's K and V ([num_rows, num_kv_heads · head_dim]) at its slot of `layer`.
-    fn write_kv(
-        &self,
-        kv: &mut Self::KvCache,
-        layer: usize,
-        k: &Self::Tensor,
-        v: &Self::Tensor,
-        batch: &ForwardBatch,
-    );
+    fn write_kv(&self, kv: &mut Self::KvCache, layer: usize, k: &Self::Tensor, v: &Self::Tensor, batch: &ForwardBatch);
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
     /// q: [num_rows, num_heads · head_dim] → out: same shape.
     fn attention(

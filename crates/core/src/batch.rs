@@ -66,20 +66,14 @@ impl ForwardBatch {
         for r in 0..n {
             let lane = self.row_lane[r] as usize;
             let Some(view) = self.lanes.get(lane) else {
-                return Err(format!(
-                    "row {r} names lane {lane}, which is not in the batch"
-                ));
+                return Err(format!("row {r} names lane {lane}, which is not in the batch"));
             };
             let pos = self.positions[r] as usize;
             if pos / self.block_size >= view.block_table.len() {
-                return Err(format!(
-                    "row {r} at position {pos} is past lane {lane}'s block table"
-                ));
+                return Err(format!("row {r} at position {pos} is past lane {lane}'s block table"));
             }
             if self.slot(lane, pos) != self.slot_mapping[r] as usize {
-                return Err(format!(
-                    "row {r}: slot mapping disagrees with the block table"
-                ));
+                return Err(format!("row {r}: slot mapping disagrees with the block table"));
             }
         }
         if let Some(&r) = self.logits_rows.iter().find(|&&r| r as usize >= n) {

@@ -16,23 +16,14 @@ pub struct HostBytes {
 impl HostBytes {
     /// The range `start..start + len` of `owner`; panics if it is out of bounds (callers validate).
     pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Self {
-        assert!(
-            start
-                .checked_add(len)
-                .is_some_and(|end| end <= (*owner).as_ref().len()),
-            "HostBytes out of range"
-        );
+        assert!(start.checked_add(len).is_some_and(|end| end <= (*owner).as_ref().len()), "HostBytes out of range");
         HostBytes { owner, start, len }
     }
 
     /// Owned bytes (for tests and small tensors).
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();
-        HostBytes {
-            owner: Arc::new(v),
-            start: 0,
-            len,
-        }
+        HostBytes { owner: Arc::new(v), start: 0, len }
     }
 }
 

@@ -158,19 +158,13 @@ impl GgmlType {
             IQ4_XS => (QK_K, 136),
             _ => return None,
         };
-        Some(TypeInfo {
-            block_elems,
-            block_bytes,
-        })
+        Some(TypeInfo { block_elems, block_bytes })
     }
 
     /// Whether plumb can dequantize this type exactly.
     pub fn can_dequantize(self) -> bool {
         use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
-        )
+        matches!(self, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
     }
 
     /// Bytes taken by `num_elems` elements, or `None` when the count is not a whole number of

@@ -14,18 +14,9 @@ pub enum QuantError {
     #[error("plumb cannot dequantize tensors of type {0}")]
     UnsupportedType(GgmlType),
     #[error("{ty}: {num_elems} elements is not a whole number of {block_elems}-element blocks")]
-    PartialBlock {
-        ty: GgmlType,
-        num_elems: usize,
-        block_elems: usize,
-    },
+    PartialBlock { ty: GgmlType, num_elems: usize, block_elems: usize },
     #[error("{ty}: {num_elems} elements need {expected} bytes, got {actual}")]
-    SizeMismatch {
-        ty: GgmlType,
-        num_elems: usize,
-        expected: usize,
-        actual: usize,
-    },
+    SizeMismatch { ty: GgmlType, num_elems: usize, expected: usize, actual: usize },
 }
 
 /// Dequantizes `src` (whole blocks of type `ty`) into `dst`, whose length fixes the element count.
@@ -36,29 +27,18 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
     };
     let num_elems = dst.len();
     if num_elems % info.block_elems != 0 {
-        return Err(QuantError::PartialBlock {
-            ty,
-            num_elems,
-            block_elems: info.block_elems,
-        });
+        return Err(QuantError::PartialBlock { ty, num_elems, block_elems: info.block_elems });
     }
     let expected = num_elems / info.block_elems * info.block_bytes;
     if src.len() != expected {
-        return Err(QuantError::SizeMismatch {
-            ty,
-            num_elems,
-            expected,
-            actual: src.len(),
-        });
+        return Err(QuantError::SizeMismatch { ty, num_elems, expected, actual: src.len() });
     }
     let blocks = src.chunks_exact(info.block_bytes);
     let outs = dst.chunks_exact_mut(info.block_elems);
     let block_fn: fn(&[u8], &mut [f32]) = match ty {
         GgmlType::F32 => |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
         GgmlType::F16 => |b, o| o[0] = f16_at(b, 0),
-        GgmlType::BF16 => {
-            |b, o| o[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)
-        }
+        GgmlType::BF16 => |b, o| o[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
         GgmlType::Q4_0 => legacy::q4_0,
         GgmlType::Q4_1 => legacy::q4_1,
         GgmlType::Q5_0 => legacy::q5_0,
@@ -118,10 +98,7 @@ mod tests {
         for bits in 0..=u16::MAX {
             let want = half::f16::from_bits(bits).to_f32();
             let got = f16_to_f32(bits);
-            assert!(
-                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
-                "{bits:#06x}"
-            );
+            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{bits:#06x}");
         }
     }
 }

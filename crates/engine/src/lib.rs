@@ -48,14 +48,7 @@ pub struct Engine<B: FullBackend> {
 impl<B: FullBackend> Engine<B> {
     pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
         let kv = backend.new_kv_cache(&model.kv_spec(config.block_size, config.num_blocks));
-        Engine {
-            backend,
-            model,
-            kv,
-            scheduler: Scheduler::new(config),
-            params: HashMap::new(),
-            next_id: 0,
-        }
+        Engine { backend, model, kv, scheduler: Scheduler::new(config), params: HashMap::new(), next_id: 0 }
     }
 
     pub fn model(&self) -> &dyn CausalLm<B> {
@@ -78,8 +71,7 @@ impl<B: FullBackend> Engine<B> {
             return Err(EngineError::BadToken { id, vocab_size });
         }
         let id = SeqId(self.next_id);
-        self.scheduler
-            .add(Sequence::new(id, req.prompt, req.max_tokens, req.stop_ids))?;
+        self.scheduler.add(Sequence::new(id, req.prompt, req.max_tokens, req.stop_ids))?;
         self.next_id += 1;
         self.params.insert(id, req.params);
         Ok(id)
@@ -102,9 +94,7 @@ impl<B: FullBackend> Engine<B> {
             return Vec::new();
         }
         let batch = runner::build_batch(&plan, &self.scheduler);
-        let logits = self
-            .model
-            .forward(&self.backend, &batch, &mut self.kv, None);
+        let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
         let sampled = self.sample(&plan, &logits);
         let updates = self.scheduler.update(&plan, &sampled);
         for u in updates.iter().filter(|u| u.finished.is_some()) {
@@ -121,18 +111,9 @@ impl<B: FullBackend> Engine<B> {
             .filter(|item| item.sample)
             .zip(host.chunks_exact(vocab))
             .map(|(item, row)| {
-                let seq = self
-                    .scheduler
-                    .get(item.seq_id)
-                    .expect("planned sequences are running");
+                let seq = self.scheduler.get(item.seq_id).expect("planned sequences are running");
                 let params = &self.params[&item.seq_id];
-                plumb_sampling::sample(
-                    row,
-                    params,
-                    &seq.tokens,
-                    seq.prompt_len,
-                    seq.tokens.len() as u64,
-                )
+                plumb_sampling::sample(row, params, &seq.tokens, seq.prompt_len, seq.tokens.len() as u64)
             })
             .collect()
     }

@@ -2,9 +2,7 @@
 //! `tokenizer.ggml.*`) and the chat template. Shared by the CLI and the server.
 
 use plumb_checkpoint::{CheckpointError, GgufFile, MetaValue};
-use plumb_tokenizer::{
-    ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec,
-};
+use plumb_tokenizer::{ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
 
 /// Why a checkpoint's tokenizer could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -14,16 +12,11 @@ pub enum LoadError {
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error("metadata key `{key}` holds {what}")]
-    BadArray {
-        key: &'static str,
-        what: &'static str,
-    },
+    BadArray { key: &'static str, what: &'static str },
 }
 
 fn opt_id(file: &GgufFile, key: &str) -> Result<Option<u32>, LoadError> {
-    Ok(file
-        .opt(key, "a token id", MetaValue::as_u64)?
-        .map(|v| v as u32))
+    Ok(file.opt(key, "a token id", MetaValue::as_u64)?.map(|v| v as u32))
 }
 
 fn opt_bool(file: &GgufFile, key: &str) -> Result<Option<bool>, LoadError> {
@@ -38,11 +31,7 @@ fn opt_array<T>(
 ) -> Result<Vec<T>, LoadError> {
     match file.get(key) {
         None => Ok(Vec::new()),
-        Some(_) => file
-            .get_array(key)?
-            .iter()
-            .map(|v| f(v).ok_or(LoadError::BadArray { key, what }))
-            .collect(),
+        Some(_) => file.get_array(key)?.iter().map(|v| f(v).ok_or(LoadError::BadArray { key, what })).collect(),
     }
 }
 
@@ -53,29 +42,17 @@ pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, LoadError> {
         "llama" => TokenizerKind::SentencePiece,
         other => return Err(TokenizerError::UnsupportedModel(other.into()).into()),
     };
-    let tokens: Vec<String> = file
-        .get_str_array("tokenizer.ggml.tokens")?
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let tokens: Vec<String> = file.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let spm = kind == TokenizerKind::SentencePiece;
     let mut spec = TokenizerSpec {
         kind,
-        pre: file
-            .opt("tokenizer.ggml.pre", "a string", |v| {
-                v.as_str().map(String::from)
-            })?
-            .unwrap_or_default(),
+        pre: file.opt("tokenizer.ggml.pre", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default(),
         tokens,
-        scores: opt_array(file, "tokenizer.ggml.scores", "a non-float", |v| {
-            v.as_f64().map(|x| x as f32)
-        })?,
+        scores: opt_array(file, "tokenizer.ggml.scores", "a non-float", |v| v.as_f64().map(|x| x as f32))?,
         token_types: opt_array(file, "tokenizer.ggml.token_type", "a non-integer", |v| {
             v.as_i64().map(TokenType::from_gguf)
         })?,
-        merges: opt_array(file, "tokenizer.ggml.merges", "a non-string", |v| {
-            v.as_str().map(String::from)
-        })?,
+        merges: opt_array(file, "tokenizer.ggml.merges", "a non-string", |v| v.as_str().map(String::from))?,
         bos_id: opt_id(file, "tokenizer.ggml.bos_token_id")?,
         eos_id: opt_id(file, "tokenizer.ggml.eos_token_id")?,
         unk_id: opt_id(file, "tokenizer.ggml.unknown_token_id")?,
@@ -84,9 +61,7 @@ pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, LoadError> {
         add_bos: opt_bool(file, "tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
         add_eos: opt_bool(file, "tokenizer.ggml.add_eos_token")?.unwrap_or(false),
         add_space_prefix: opt_bool(file, "tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
-        chat_template: file.opt("tokenizer.chat_template", "a string", |v| {
-            v.as_str().map(String::from)
-        })?,
+        chat_template: file.opt("tokenizer.chat_template", "a string", |v| v.as_str().map(String::from))?,
     };
     let mut extra = Vec::new();
     for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
@@ -107,13 +82,6 @@ pub fn chat_template(tok: &Tokenizer) -> Result<Option<ChatTemplate>, LoadError>
     let Some(source) = &spec.chat_template else {
         return Ok(None);
     };
-    let text = |id: Option<u32>| {
-        id.map(|i| spec.tokens[i as usize].clone())
-            .unwrap_or_default()
-    };
-    Ok(Some(ChatTemplate::new(
-        source,
-        &text(spec.bos_id),
-        &text(spec.eos_id),
-    )?))
+    let text = |id: Option<u32>| id.map(|i| spec.tokens[i as usize].clone()).unwrap_or_default();
+    Ok(Some(ChatTemplate::new(source, &text(spec.bos_id), &text(spec.eos_id))?))
 }

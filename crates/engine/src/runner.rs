@@ -6,17 +6,10 @@ use plumb_scheduler::{Scheduler, StepPlan};
 /// Rows for every planned token, one lane per plan item, logits for each sampling item's last row.
 pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
     let block_size = scheduler.config().block_size;
-    let mut batch = ForwardBatch {
-        block_size,
-        ..ForwardBatch::default()
-    };
+    let mut batch = ForwardBatch { block_size, ..ForwardBatch::default() };
     for (lane, item) in plan.items.iter().enumerate() {
-        let seq = scheduler
-            .get(item.seq_id)
-            .expect("planned sequences are running");
-        batch.lanes.push(LaneView {
-            block_table: seq.block_table.clone(),
-        });
+        let seq = scheduler.get(item.seq_id).expect("planned sequences are running");
+        batch.lanes.push(LaneView { block_table: seq.block_table.clone() });
         for pos in item.start..item.end {
             batch.token_ids.push(seq.tokens[pos]);
             batch.positions.push(pos as u32);

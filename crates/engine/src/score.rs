@@ -18,33 +18,21 @@ impl<B: FullBackend> Engine<B> {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab_size) {
             return Err(EngineError::BadToken { id, vocab_size });
         }
-        let limit = config
-            .max_model_len
-            .min(self.scheduler.num_free_blocks() * config.block_size);
+        let limit = config.max_model_len.min(self.scheduler.num_free_blocks() * config.block_size);
         if tokens.len() > limit {
-            return Err(RequestError::TooLong {
-                prompt_len: tokens.len(),
-                max_tokens: 0,
-                max_model_len: limit,
-            }
-            .into());
+            return Err(RequestError::TooLong { prompt_len: tokens.len(), max_tokens: 0, max_model_len: limit }.into());
         }
         let num_blocks = tokens.len().div_ceil(config.block_size);
         // Blocks are taken from the top of the pool's id range that the scheduler hands out last;
         // scoring runs only while no request is in flight.
         assert!(!self.scheduler.has_work(), "scoring needs an idle engine");
         let first = config.num_blocks - num_blocks;
-        let lane = LaneView {
-            block_table: (first as u32..config.num_blocks as u32).collect(),
-        };
+        let lane = LaneView { block_table: (first as u32..config.num_blocks as u32).collect() };
         let mut out = Vec::with_capacity(tokens.len() * vocab_size);
         for start in (0..tokens.len()).step_by(config.max_batch_tokens) {
             let end = (start + config.max_batch_tokens).min(tokens.len());
-            let mut batch = ForwardBatch {
-                block_size: config.block_size,
-                lanes: vec![lane.clone()],
-                ..Default::default()
-            };
+            let mut batch =
+                ForwardBatch { block_size: config.block_size, lanes: vec![lane.clone()], ..Default::default() };
             for pos in start..end {
                 batch.token_ids.push(tokens[pos]);
                 batch.positions.push(pos as u32);
@@ -52,9 +40,7 @@ impl<B: FullBackend> Engine<B> {
                 batch.slot_mapping.push(batch.slot(0, pos) as u32);
             }
             batch.logits_rows = (0..(end - start) as u32).collect();
-            let logits = self
-                .model
-                .forward(&self.backend, &batch, &mut self.kv, None);
+            let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
             debug_assert_eq!(logits.cols(), vocab_size);
             out.extend(self.backend.download(&logits));
         }

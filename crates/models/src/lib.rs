@@ -31,11 +31,6 @@ pub trait CausalLm<B: Backend>: Send + Sync {
         }
     }
     /// One step: writes every row's K/V into `kv` and returns logits [batch.logits_rows.len(), vocab].
-    fn forward(
-        &self,
-        backend: &B,
-        batch: &ForwardBatch,
-        kv: &mut B::KvCache,
-        trace: Option<Trace<'_, B>>,
-    ) -> B::Tensor;
+    fn forward(&self, backend: &B, batch: &ForwardBatch, kv: &mut B::KvCache, trace: Option<Trace<'_, B>>)
+    -> B::Tensor;
 }

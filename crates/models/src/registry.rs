@@ -14,11 +14,7 @@ pub enum ModelError {
     #[error("tensor `{0}` is missing from the checkpoint")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
-    WrongShape {
-        name: String,
-        expected: (usize, usize),
-        actual: (usize, usize),
-    },
+    WrongShape { name: String, expected: (usize, usize), actual: (usize, usize) },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -37,10 +33,7 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
 }
 
 /// Loads the model in `file` onto `backend`.
-pub fn load_model<B: FullBackend + 'static>(
-    file: &GgufFile,
-    backend: &B,
-) -> Result<Box<dyn CausalLm<B>>, ModelError> {
+pub fn load_model<B: FullBackend + 'static>(file: &GgufFile, backend: &B) -> Result<Box<dyn CausalLm<B>>, ModelError> {
     let config = ModelConfig::from_gguf(file)?;
     let loader = WeightLoader { file, backend };
     match family_of(&config.architecture) {

@@ -12,24 +12,14 @@ pub use rng::uniform;
 /// Picks the next token from `logits` given the sequence so far.
 /// `prompt_len` splits `history` into prompt and generated tokens (frequency and presence
 /// penalties count generated tokens only, as OpenAI defines them; the repetition penalty counts all).
-pub fn sample(
-    logits: &[f32],
-    p: &SamplingParams,
-    history: &[u32],
-    prompt_len: usize,
-    position: u64,
-) -> u32 {
+pub fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt_len: usize, position: u64) -> u32 {
     let mut logits = logits.to_vec();
     apply_penalties(&mut logits, p, history, prompt_len);
     if p.is_greedy() {
         return argmax(&logits);
     }
     let inv_t = 1.0 / p.temperature as f64;
-    let mut cand: Vec<(u32, f64)> = logits
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (i as u32, l as f64 * inv_t))
-        .collect();
+    let mut cand: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l as f64 * inv_t)).collect();
     // Highest logit first; ties by lower id, so the order is a pure function of the logits.
     cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     if p.top_k > 0 {
@@ -86,11 +76,7 @@ fn apply_penalties(logits: &mut [f32], p: &SamplingParams, history: &[u32], prom
             }
         }
         for (l, _) in logits.iter_mut().zip(&seen).filter(|(_, s)| **s) {
-            *l = if *l > 0.0 {
-                *l / p.repetition_penalty
-            } else {
-                *l * p.repetition_penalty
-            };
+            *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
         }
     }
     if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
@@ -111,45 +97,22 @@ mod tests {
     use super::*;
 
     fn params() -> SamplingParams {
-        SamplingParams {
-            temperature: 1.0,
-            seed: 7,
-            ..SamplingParams::default()
-        }
+        SamplingParams { temperature: 1.0, seed: 7, ..SamplingParams::default() }
     }
 
     #[test]
     fn greedy_takes_the_first_maximum() {
-        assert_eq!(
-            sample(&[1.0, 3.0, 3.0, 2.0], &SamplingParams::greedy(), &[], 0, 0),
-            1
-        );
+        assert_eq!(sample(&[1.0, 3.0, 3.0, 2.0], &SamplingParams::greedy(), &[], 0, 0), 1);
     }
 
     #[test]
     fn same_seed_and_position_same_token() {
         let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
-        let a: Vec<u32> = (0..50)
-            .map(|pos| sample(&logits, &params(), &[], 0, pos))
-            .collect();
-        let b: Vec<u32> = (0..50)
-            .map(|pos| sample(&logits, &params(), &[], 0, pos))
-            .collect();
+        let a: Vec<u32> = (0..50).map(|pos| sample(&logits, &params(), &[], 0, pos)).collect();
+        let b: Vec<u32> = (0..50).map(|pos| sample(&logits, &params(), &[], 0, pos)).collect();
         assert_eq!(a, b);
-        let c: Vec<u32> = (0..50)
-            .map(|pos| {
-                sample(
-                    &logits,
-                    &SamplingParams {
-                        seed: 8,
-                        ..params()
-                    },
-                    &[],
-                    0,
-                    pos,
-                )
-            })
-            .collect();
+        let c: Vec<u32> =
+            (0..50).map(|pos| sample(&logits, &SamplingParams { seed: 8, ..params() }, &[], 0, pos)).collect();
         assert_ne!(a, c);
     }
 
@@ -157,19 +120,7 @@ mod tests {
     fn top_k_one_is_greedy() {
         let logits = [0.5, 2.0, 1.0];
         for pos in 0..20 {
-            assert_eq!(
-                sample(
-                    &logits,
-                    &SamplingParams {
-                        top_k: 1,
-                        ..params()
-                    },
-                    &[],
-                    0,
-                    pos
-                ),
-                1
-            );
+            assert_eq!(sample(&logits, &SamplingParams { top_k: 1, ..params() }, &[], 0, pos), 1);
         }
     }
 
@@ -178,41 +129,15 @@ mod tests {
         // Probabilities ≈ [0.665, 0.245, 0.090]: top_p 0.6 keeps only the first.
         let logits = [2.0, 1.0, 0.0];
         for pos in 0..50 {
-            assert_eq!(
-                sample(
-                    &logits,
-                    &SamplingParams {
-                        top_p: 0.6,
-                        ..params()
-                    },
-                    &[],
-                    0,
-                    pos
-                ),
-                0
-            );
-            assert_ne!(
-                sample(
-                    &logits,
-                    &SamplingParams {
-                        min_p: 0.2,
-                        ..params()
-                    },
-                    &[],
-                    0,
-                    pos
-                ),
-                2
-            );
+            assert_eq!(sample(&logits, &SamplingParams { top_p: 0.6, ..params() }, &[], 0, pos), 0);
+            assert_ne!(sample(&logits, &SamplingParams { min_p: 0.2, ..params() }, &[], 0, pos), 2);
         }
     }
 
     #[test]
     fn sampling_follows_the_distribution() {
         let logits = [0.0f32, (3.0f32).ln()]; // p = [0.25, 0.75]
-        let ones = (0..4000)
-            .filter(|&pos| sample(&logits, &params(), &[], 0, pos) == 1)
-            .count();
+        let ones = (0..4000).filter(|&pos| sample(&logits, &params(), &[], 0, pos) == 1).count();
         assert!((2850..3150).contains(&ones), "{ones} of 4000");
     }
 
@@ -220,45 +145,9 @@ mod tests {
     fn penalties_push_repeats_down() {
         let logits = [1.0, 1.1];
         let greedy = SamplingParams::greedy();
-        assert_eq!(
-            sample(
-                &logits,
-                &SamplingParams {
-                    repetition_penalty: 1.5,
-                    ..greedy.clone()
-                },
-                &[1],
-                1,
-                0
-            ),
-            0
-        );
-        assert_eq!(
-            sample(
-                &logits,
-                &SamplingParams {
-                    presence_penalty: 0.5,
-                    ..greedy.clone()
-                },
-                &[1],
-                0,
-                0
-            ),
-            0
-        );
+        assert_eq!(sample(&logits, &SamplingParams { repetition_penalty: 1.5, ..greedy.clone() }, &[1], 1, 0), 0);
+        assert_eq!(sample(&logits, &SamplingParams { presence_penalty: 0.5, ..greedy.clone() }, &[1], 0, 0), 0);
         // The frequency penalty ignores prompt tokens.
-        assert_eq!(
-            sample(
-                &logits,
-                &SamplingParams {
-                    frequency_penalty: 0.5,
-                    ..greedy
-                },
-                &[1],
-                1,
-                0
-            ),
-            1
-        );
+        assert_eq!(sample(&logits, &SamplingParams { frequency_penalty: 0.5, ..greedy }, &[1], 1, 0), 1);
     }
 }

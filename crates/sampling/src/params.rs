@@ -38,19 +38,12 @@ impl Default for SamplingParams {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SamplingError {
     #[error("{name} must be {range}, got {value}")]
-    OutOfRange {
-        name: &'static str,
-        range: &'static str,
-        value: f32,
-    },
+    OutOfRange { name: &'static str, range: &'static str, value: f32 },
 }
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            ..Self::default()
-        }
+        SamplingParams { temperature: 0.0, ..Self::default() }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -59,24 +52,9 @@ impl SamplingParams {
 
     pub fn validate(&self) -> Result<(), SamplingError> {
         let checks: [(&'static str, f32, &'static str, bool); 6] = [
-            (
-                "temperature",
-                self.temperature,
-                "between 0 and 100",
-                (0.0..=100.0).contains(&self.temperature),
-            ),
-            (
-                "top_p",
-                self.top_p,
-                "in (0, 1]",
-                self.top_p > 0.0 && self.top_p <= 1.0,
-            ),
-            (
-                "min_p",
-                self.min_p,
-                "in [0, 1]",
-                (0.0..=1.0).contains(&self.min_p),
-            ),
+            ("temperature", self.temperature, "between 0 and 100", (0.0..=100.0).contains(&self.temperature)),
+            ("top_p", self.top_p, "in (0, 1]", self.top_p > 0.0 && self.top_p <= 1.0),
+            ("min_p", self.min_p, "in [0, 1]", (0.0..=1.0).contains(&self.min_p)),
             (
                 "repetition_penalty",
                 self.repetition_penalty,

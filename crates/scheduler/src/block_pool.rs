@@ -9,9 +9,7 @@ pub struct BlockPool {
 
 impl BlockPool {
     pub fn new(num_blocks: usize) -> Self {
-        BlockPool {
-            free: (0..num_blocks as u32).collect(),
-        }
+        BlockPool { free: (0..num_blocks as u32).collect() }
     }
 
     /// `n` blocks, or `None` (and nothing taken) when fewer are free.
@@ -19,11 +17,7 @@ impl BlockPool {
         if self.free.len() < n {
             return None;
         }
-        Some(
-            (0..n)
-                .map(|_| self.free.pop_first().expect("counted above"))
-                .collect(),
-        )
+        Some((0..n).map(|_| self.free.pop_first().expect("counted above")).collect())
     }
 
     pub fn free(&mut self, blocks: &[u32]) {

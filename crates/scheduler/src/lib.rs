@@ -33,11 +33,7 @@ pub enum RequestError {
     #[error(
         "the prompt has {prompt_len} tokens; with max_tokens {max_tokens} that exceeds the context of {max_model_len} tokens"
     )]
-    TooLong {
-        prompt_len: usize,
-        max_tokens: usize,
-        max_model_len: usize,
-    },
+    TooLong { prompt_len: usize, max_tokens: usize, max_model_len: usize },
     #[error("max_tokens must be at least 1")]
     ZeroMaxTokens,
 }
@@ -77,12 +73,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         let pool = BlockPool::new(config.num_blocks);
-        Scheduler {
-            config,
-            pool,
-            waiting: VecDeque::new(),
-            running: Vec::new(),
-        }
+        Scheduler { config, pool, waiting: VecDeque::new(), running: Vec::new() }
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -97,10 +88,7 @@ impl Scheduler {
         if seq.max_tokens == 0 {
             return Err(RequestError::ZeroMaxTokens);
         }
-        let limit = self
-            .config
-            .max_model_len
-            .min(self.config.num_blocks * self.config.block_size);
+        let limit = self.config.max_model_len.min(self.config.num_blocks * self.config.block_size);
         if seq.prompt_len + seq.max_tokens > limit {
             return Err(RequestError::TooLong {
                 prompt_len: seq.prompt_len,
@@ -145,12 +133,7 @@ impl Scheduler {
                 }
             }
             budget -= end - start;
-            items.push(PlanItem {
-                seq_id: seq.id,
-                start,
-                end,
-                sample: end == seq.tokens.len(),
-            });
+            items.push(PlanItem { seq_id: seq.id, start, end, sample: end == seq.tokens.len() });
         }
         StepPlan { items }
     }
@@ -171,11 +154,7 @@ impl Scheduler {
             let token = *tokens.next().expect("one sampled token per sampling item");
             seq.tokens.push(token);
             let finished = seq.finish_reason(token);
-            updates.push(SeqUpdate {
-                seq_id: seq.id,
-                token,
-                finished,
-            });
+            updates.push(SeqUpdate { seq_id: seq.id, token, finished });
         }
         for u in updates.iter().filter(|u| u.finished.is_some()) {
             self.finish(u.seq_id);
@@ -202,69 +181,30 @@ mod tests {
     use super::*;
 
     fn config() -> SchedulerConfig {
-        SchedulerConfig {
-            block_size: 4,
-            num_blocks: 8,
-            max_lanes: 1,
-            max_batch_tokens: 6,
-            max_model_len: 32,
-        }
+        SchedulerConfig { block_size: 4, num_blocks: 8, max_lanes: 1, max_batch_tokens: 6, max_model_len: 32 }
     }
 
     #[test]
     fn prefill_is_chunked_then_decodes_one_token() {
         let mut s = Scheduler::new(config());
-        s.add(Sequence::new(SeqId(1), vec![1; 10], 3, vec![]))
-            .unwrap();
+        s.add(Sequence::new(SeqId(1), vec![1; 10], 3, vec![])).unwrap();
         let p = s.schedule();
-        assert_eq!(
-            p.items,
-            [PlanItem {
-                seq_id: SeqId(1),
-                start: 0,
-                end: 6,
-                sample: false
-            }]
-        );
+        assert_eq!(p.items, [PlanItem { seq_id: SeqId(1), start: 0, end: 6, sample: false }]);
         assert_eq!(s.get(SeqId(1)).unwrap().block_table, [0, 1]);
         assert!(s.update(&p, &[]).is_empty());
         let p = s.schedule();
-        assert_eq!(
-            p.items,
-            [PlanItem {
-                seq_id: SeqId(1),
-                start: 6,
-                end: 10,
-                sample: true
-            }]
-        );
+        assert_eq!(p.items, [PlanItem { seq_id: SeqId(1), start: 6, end: 10, sample: true }]);
         assert_eq!(s.get(SeqId(1)).unwrap().block_table, [0, 1, 2]);
         let u = s.update(&p, &[42]);
-        assert_eq!(
-            u,
-            [SeqUpdate {
-                seq_id: SeqId(1),
-                token: 42,
-                finished: None
-            }]
-        );
+        assert_eq!(u, [SeqUpdate { seq_id: SeqId(1), token: 42, finished: None }]);
         let p = s.schedule();
-        assert_eq!(
-            p.items,
-            [PlanItem {
-                seq_id: SeqId(1),
-                start: 10,
-                end: 11,
-                sample: true
-            }]
-        );
+        assert_eq!(p.items, [PlanItem { seq_id: SeqId(1), start: 10, end: 11, sample: true }]);
     }
 
     #[test]
     fn finishing_frees_every_block() {
         let mut s = Scheduler::new(config());
-        s.add(Sequence::new(SeqId(1), vec![1; 5], 1, vec![]))
-            .unwrap();
+        s.add(Sequence::new(SeqId(1), vec![1; 5], 1, vec![])).unwrap();
         let p = s.schedule();
         let u = s.update(&p, &[7]);
         assert_eq!(u[0].finished, Some(FinishReason::Length));
@@ -275,8 +215,7 @@ mod tests {
     #[test]
     fn stop_tokens_finish() {
         let mut s = Scheduler::new(config());
-        s.add(Sequence::new(SeqId(1), vec![1; 2], 10, vec![9]))
-            .unwrap();
+        s.add(Sequence::new(SeqId(1), vec![1; 2], 10, vec![9])).unwrap();
         let p = s.schedule();
         assert_eq!(s.update(&p, &[9])[0].finished, Some(FinishReason::Stop));
     }
@@ -284,23 +223,9 @@ mod tests {
     #[test]
     fn bad_requests_are_refused() {
         let mut s = Scheduler::new(config());
-        assert_eq!(
-            s.add(Sequence::new(SeqId(1), vec![], 1, vec![])),
-            Err(RequestError::EmptyPrompt)
-        );
-        let err = s
-            .add(Sequence::new(SeqId(2), vec![1; 30], 5, vec![]))
-            .unwrap_err();
-        assert!(matches!(
-            err,
-            RequestError::TooLong {
-                max_model_len: 32,
-                ..
-            }
-        ));
-        assert_eq!(
-            s.add(Sequence::new(SeqId(3), vec![1], 0, vec![])),
-            Err(RequestError::ZeroMaxTokens)
-        );
+        assert_eq!(s.add(Sequence::new(SeqId(1), vec![], 1, vec![])), Err(RequestError::EmptyPrompt));
+        let err = s.add(Sequence::new(SeqId(2), vec![1; 30], 5, vec![])).unwrap_err();
+        assert!(matches!(err, RequestError::TooLong { max_model_len: 32, .. }));
+        assert_eq!(s.add(Sequence::new(SeqId(3), vec![1], 0, vec![])), Err(RequestError::ZeroMaxTokens));
     }
 }

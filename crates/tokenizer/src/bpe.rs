@@ -27,13 +27,7 @@ pub fn byte_to_char() -> [char; 256] {
 /// The inverse of [`byte_to_char`]: the byte a byte-level character stands for.
 pub fn char_to_byte(c: char) -> Option<u8> {
     static INVERSE: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
-    let inverse = INVERSE.get_or_init(|| {
-        byte_to_char()
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect()
-    });
+    let inverse = INVERSE.get_or_init(|| byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect());
     inverse.get(&c).copied()
 }
 
@@ -48,47 +42,30 @@ pub struct ByteLevelBpe {
 }
 
 impl ByteLevelBpe {
-    pub fn new(
-        spec: &TokenizerSpec,
-        token_to_id: &HashMap<&str, TokenId>,
-    ) -> Result<Self, TokenizerError> {
+    pub fn new(spec: &TokenizerSpec, token_to_id: &HashMap<&str, TokenId>) -> Result<Self, TokenizerError> {
         let chars = byte_to_char();
         let mut byte_ids = [None; 256];
         for (b, id) in byte_ids.iter_mut().enumerate() {
-            *id = token_to_id
-                .get(chars[b].encode_utf8(&mut [0u8; 4]) as &str)
-                .copied();
+            *id = token_to_id.get(chars[b].encode_utf8(&mut [0u8; 4]) as &str).copied();
         }
         let mut merges = HashMap::with_capacity(spec.merges.len());
         for (rank, rule) in spec.merges.iter().enumerate() {
-            let bad = || TokenizerError::BadMerge {
-                idx: rank,
-                rule: rule.clone(),
-            };
+            let bad = || TokenizerError::BadMerge { idx: rank, rule: rule.clone() };
             let (l, r) = rule.split_once(' ').ok_or_else(bad)?;
             let merged = format!("{l}{r}");
-            let (l, r, m) = match (
-                token_to_id.get(l),
-                token_to_id.get(r),
-                token_to_id.get(merged.as_str()),
-            ) {
+            let (l, r, m) = match (token_to_id.get(l), token_to_id.get(r), token_to_id.get(merged.as_str())) {
                 (Some(&l), Some(&r), Some(&m)) => (l, r, m),
                 _ => return Err(bad()),
             };
             // Keep the first (highest-priority) rule if a pair repeats, as Hugging Face does.
             merges.entry((l, r)).or_insert((rank as u32, m));
         }
-        Ok(ByteLevelBpe {
-            pre: PreTokenizer::new(&spec.pre)?,
-            byte_ids,
-            merges,
-        })
+        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges })
     }
 
     /// Appends the ids of `text` (no special tokens inside) to `out`.
     pub fn encode(&self, text: &str, out: &mut Vec<TokenId>) {
-        self.pre
-            .for_each_word(text, |word| self.encode_word(word.as_bytes(), out));
+        self.pre.for_each_word(text, |word| self.encode_word(word.as_bytes(), out));
     }
 
     fn encode_word(&self, word: &[u8], out: &mut Vec<TokenId>) {
@@ -96,12 +73,7 @@ impl ByteLevelBpe {
             .iter()
             .filter_map(|&b| self.byte_ids[b as usize])
             .enumerate()
-            .map(|(i, id)| Symbol {
-                id,
-                prev: i.wrapping_sub(1),
-                next: i + 1,
-                len: 1,
-            })
+            .map(|(i, id)| Symbol { id, prev: i.wrapping_sub(1), next: i + 1, len: 1 })
             .collect();
         let mut queue = BinaryHeap::new();
         for i in 1..syms.len() {

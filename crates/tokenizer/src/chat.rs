@@ -15,10 +15,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.into(), content: content.into() }
     }
 }
 
@@ -34,11 +31,9 @@ pub struct ChatTemplate {
 /// which transformers' `tojson` filter uses.
 fn py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
     let (sep, pad, pad_end) = match indent {
-        Some(n) => (
-            ",".to_string(),
-            format!("\n{}", " ".repeat(n * (depth + 1))),
-            format!("\n{}", " ".repeat(n * depth)),
-        ),
+        Some(n) => {
+            (",".to_string(), format!("\n{}", " ".repeat(n * (depth + 1))), format!("\n{}", " ".repeat(n * depth)))
+        }
         None => (", ".to_string(), String::new(), String::new()),
     };
     match v {
@@ -70,8 +65,7 @@ fn py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut
 
 fn tojson(value: Value, kwargs: minijinja::value::Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let json = serde_json::to_value(&value).map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let mut out = String::new();
     py_json(&json, indent, 0, &mut out);
     Ok(Value::from_safe_string(out))
@@ -88,31 +82,16 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_function("strftime_now", |_fmt: String| -> Result<Value, Error> {
-            Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "strftime_now is not available: renders must be reproducible",
-            ))
+            Err(Error::new(ErrorKind::InvalidOperation, "strftime_now is not available: renders must be reproducible"))
         });
         env.add_filter("tojson", tojson);
-        env.add_template_owned("chat", source.to_string())
-            .map_err(|e| TokenizerError::Template(e.to_string()))?;
-        Ok(ChatTemplate {
-            env,
-            bos_token: bos_token.into(),
-            eos_token: eos_token.into(),
-        })
+        env.add_template_owned("chat", source.to_string()).map_err(|e| TokenizerError::Template(e.to_string()))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() })
     }
 
     /// Renders a conversation; `add_generation_prompt` opens the assistant's turn.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-    ) -> Result<String, TokenizerError> {
-        let tmpl = self
-            .env
-            .get_template("chat")
-            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TokenizerError> {
+        let tmpl = self.env.get_template("chat").map_err(|e| TokenizerError::Template(e.to_string()))?;
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -144,10 +123,7 @@ mod tests {
             .unwrap()
             .render(context! { x => serde_json::json!({"a": [1, "é"], "b": {}}) })
             .unwrap();
-        assert_eq!(
-            out,
-            "{\"a\": [1, \"é\"], \"b\": {}}|{\n  \"a\": [\n    1,\n    \"é\"\n  ],\n  \"b\": {}\n}"
-        );
+        assert_eq!(out, "{\"a\": [1, \"é\"], \"b\": {}}|{\n  \"a\": [\n    1,\n    \"é\"\n  ],\n  \"b\": {}\n}");
     }
 
     #[test]

@@ -8,10 +8,7 @@ use crate::{TokenId, TokenType, Tokenizer, TokenizerError, TokenizerKind, Tokeni
 pub(crate) fn raw_bytes(spec: &TokenizerSpec, id: usize) -> Vec<u8> {
     let text = &spec.tokens[id];
     let ty = spec.token_type(id as TokenId);
-    if matches!(
-        ty,
-        TokenType::Control | TokenType::UserDefined | TokenType::Unknown
-    ) {
+    if matches!(ty, TokenType::Control | TokenType::UserDefined | TokenType::Unknown) {
         return text.as_bytes().to_vec();
     }
     match spec.kind {
@@ -51,12 +48,7 @@ impl<'t> StreamDecoder<'t> {
     pub fn new(tok: &'t Tokenizer, skip_special: bool) -> Self {
         let spec = tok.spec();
         let strip = spec.kind == TokenizerKind::SentencePiece && spec.add_space_prefix;
-        StreamDecoder {
-            tok,
-            skip_special,
-            pending: Vec::new(),
-            strip_leading_space: strip,
-        }
+        StreamDecoder { tok, skip_special, pending: Vec::new(), strip_leading_space: strip }
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).

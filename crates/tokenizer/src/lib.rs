@@ -34,19 +34,11 @@ pub enum TokenizerError {
     #[error("the vocabulary is empty")]
     EmptyVocab,
     #[error("{field} has {actual} entries but the vocabulary has {expected} tokens")]
-    LengthMismatch {
-        field: &'static str,
-        expected: usize,
-        actual: usize,
-    },
+    LengthMismatch { field: &'static str, expected: usize, actual: usize },
     #[error("merge rule {idx} `{rule}` is malformed or names a token not in the vocabulary")]
     BadMerge { idx: usize, rule: String },
     #[error("special token id {id} ({what}) is outside the vocabulary of {vocab_size} tokens")]
-    BadSpecialId {
-        what: &'static str,
-        id: u32,
-        vocab_size: usize,
-    },
+    BadSpecialId { what: &'static str, id: u32, vocab_size: usize },
     #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
     UnknownId { id: u32, vocab_size: usize },
     #[error("chat template error: {0}")]
@@ -73,28 +65,15 @@ impl Tokenizer {
     /// Builds a tokenizer, checking the spec's consistency.
     pub fn new(spec: TokenizerSpec) -> Result<Self, TokenizerError> {
         spec.validate()?;
-        let token_to_id: HashMap<&str, TokenId> = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.as_str(), i as TokenId))
-            .collect();
+        let token_to_id: HashMap<&str, TokenId> =
+            spec.tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i as TokenId)).collect();
         let model = match spec.kind {
             TokenizerKind::ByteLevelBpe => Model::Bpe(bpe::ByteLevelBpe::new(&spec, &token_to_id)?),
-            TokenizerKind::SentencePiece => {
-                Model::Spm(spm::SentencePiece::new(&spec, &token_to_id))
-            }
+            TokenizerKind::SentencePiece => Model::Spm(spm::SentencePiece::new(&spec, &token_to_id)),
         };
-        let token_bytes = (0..spec.tokens.len())
-            .map(|id| decode::raw_bytes(&spec, id))
-            .collect();
+        let token_bytes = (0..spec.tokens.len()).map(|id| decode::raw_bytes(&spec, id)).collect();
         let specials = SpecialSplitter::new(&spec);
-        Ok(Tokenizer {
-            spec,
-            model,
-            specials,
-            token_bytes,
-        })
+        Ok(Tokenizer { spec, model, specials, token_bytes })
     }
 
     pub fn spec(&self) -> &TokenizerSpec {
@@ -136,10 +115,7 @@ impl Tokenizer {
         self.token_bytes
             .get(id as usize)
             .map(Vec::as_slice)
-            .ok_or(TokenizerError::UnknownId {
-                id,
-                vocab_size: self.vocab_size(),
-            })
+            .ok_or(TokenizerError::UnknownId { id, vocab_size: self.vocab_size() })
     }
 
     /// Whether `id` is a control token (BOS, EOS, `<|im_end|>`, ...).

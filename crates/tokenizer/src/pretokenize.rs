@@ -9,7 +9,8 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 /// Llama 3's pattern: case-insensitive contractions, numbers in groups of up to three.
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 2's pattern: like Llama 3 but every digit on its own.
-const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The `tokenizer.ggml.pre` names plumb supports.
 pub const SUPPORTED: &str = "default, gpt2, smollm, llama-bpe, llama3, qwen2";
@@ -31,17 +32,11 @@ impl PreTokenizer {
             "llama-bpe" | "llama3" | "llama-v3" => (false, LLAMA3),
             "qwen2" => (false, QWEN2),
             other => {
-                return Err(TokenizerError::UnsupportedPreTokenizer(
-                    other.into(),
-                    SUPPORTED.into(),
-                ));
+                return Err(TokenizerError::UnsupportedPreTokenizer(other.into(), SUPPORTED.into()));
             }
         };
         let pattern = Regex::new(pattern).expect("built-in pattern compiles");
-        Ok(PreTokenizer {
-            split_digits,
-            pattern,
-        })
+        Ok(PreTokenizer { split_digits, pattern })
     }
 
     /// Calls `f` on each word of `text`, in order; the words concatenate back to `text`.
@@ -92,25 +87,16 @@ mod tests {
 
     #[test]
     fn gpt2_keeps_leading_space_on_words_and_splits_trailing_whitespace() {
-        assert_eq!(
-            words("gpt2", "Hello  world's 42\n"),
-            ["Hello", " ", " world", "'s", " 42", "\n"]
-        );
+        assert_eq!(words("gpt2", "Hello  world's 42\n"), ["Hello", " ", " world", "'s", " 42", "\n"]);
     }
 
     #[test]
     fn smollm_isolates_numeric_characters() {
-        assert_eq!(
-            words("smollm", "a 123 ²"),
-            ["a", " ", "1", "2", "3", " ", "²"]
-        );
+        assert_eq!(words("smollm", "a 123 ²"), ["a", " ", "1", "2", "3", " ", "²"]);
     }
 
     #[test]
     fn unknown_pre_tokenizer_is_refused() {
-        assert!(matches!(
-            PreTokenizer::new("tekken"),
-            Err(TokenizerError::UnsupportedPreTokenizer(..))
-        ));
+        assert!(matches!(PreTokenizer::new("tekken"), Err(TokenizerError::UnsupportedPreTokenizer(..))));
     }
 }

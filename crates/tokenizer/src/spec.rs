@@ -63,33 +63,18 @@ pub struct TokenizerSpec {
 }
 
 /// Texts of control tokens that end a turn or generation in common chat formats.
-const EOG_TEXTS: [&str; 8] = [
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|end_of_text|>",
-    "</s>",
-];
+const EOG_TEXTS: [&str; 8] =
+    ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|end_of_text|>", "</s>"];
 
 impl TokenizerSpec {
     /// The type of token `id` (normal when types are absent).
     pub fn token_type(&self, id: TokenId) -> TokenType {
-        self.token_types
-            .get(id as usize)
-            .copied()
-            .unwrap_or(TokenType::Normal)
+        self.token_types.get(id as usize).copied().unwrap_or(TokenType::Normal)
     }
 
     /// Fills `eog_ids` from EOS, `extra` (end-of-turn ids from metadata) and well-known control texts.
     pub fn derive_eog(&mut self, extra: &[TokenId]) {
-        let mut eog: Vec<TokenId> = self
-            .eos_id
-            .into_iter()
-            .chain(extra.iter().copied())
-            .collect();
+        let mut eog: Vec<TokenId> = self.eos_id.into_iter().chain(extra.iter().copied()).collect();
         for (id, text) in self.tokens.iter().enumerate() {
             let id = id as TokenId;
             if EOG_TEXTS.contains(&text.as_str()) && self.token_type(id) == TokenType::Control {
@@ -106,39 +91,19 @@ impl TokenizerSpec {
         if n == 0 {
             return Err(TokenizerError::EmptyVocab);
         }
-        for (field, len) in [
-            ("scores", self.scores.len()),
-            ("token types", self.token_types.len()),
-        ] {
+        for (field, len) in [("scores", self.scores.len()), ("token types", self.token_types.len())] {
             if len != 0 && len != n {
-                return Err(TokenizerError::LengthMismatch {
-                    field,
-                    expected: n,
-                    actual: len,
-                });
+                return Err(TokenizerError::LengthMismatch { field, expected: n, actual: len });
             }
         }
-        let ids = [
-            ("bos", self.bos_id),
-            ("eos", self.eos_id),
-            ("unk", self.unk_id),
-            ("pad", self.pad_id),
-        ];
+        let ids = [("bos", self.bos_id), ("eos", self.eos_id), ("unk", self.unk_id), ("pad", self.pad_id)];
         for (what, id) in ids {
             if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(TokenizerError::BadSpecialId {
-                    what,
-                    id,
-                    vocab_size: n,
-                });
+                return Err(TokenizerError::BadSpecialId { what, id, vocab_size: n });
             }
         }
         if let Some(&id) = self.eog_ids.iter().find(|&&id| id as usize >= n) {
-            return Err(TokenizerError::BadSpecialId {
-                what: "end of generation",
-                id,
-                vocab_size: n,
-            });
+            return Err(TokenizerError::BadSpecialId { what: "end of generation", id, vocab_size: n });
         }
         Ok(())
     }

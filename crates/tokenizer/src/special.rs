@@ -24,9 +24,7 @@ impl SpecialSplitter {
             .enumerate()
             .filter_map(|(id, text)| match spec.token_type(id as TokenId) {
                 TokenType::Control if !text.is_empty() => Some((text.clone(), id as TokenId, true)),
-                TokenType::UserDefined if !text.is_empty() => {
-                    Some((text.clone(), id as TokenId, false))
-                }
+                TokenType::UserDefined if !text.is_empty() => Some((text.clone(), id as TokenId, false)),
                 _ => None,
             })
             .collect();
@@ -36,11 +34,8 @@ impl SpecialSplitter {
 
     /// Splits `text` into plain-text pieces and special tokens, in order.
     pub fn split<'a>(&self, text: &'a str, parse_control: bool) -> Vec<Piece<'a>> {
-        let candidates: Vec<&(String, TokenId, bool)> = self
-            .tokens
-            .iter()
-            .filter(|(_, _, control)| parse_control || !control)
-            .collect();
+        let candidates: Vec<&(String, TokenId, bool)> =
+            self.tokens.iter().filter(|(_, _, control)| parse_control || !control).collect();
         let mut out = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {

@@ -27,9 +27,7 @@ impl Eq for Bigram {}
 
 impl Ord for Bigram {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score
-            .total_cmp(&other.score)
-            .then_with(|| other.left.cmp(&self.left))
+        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -54,9 +52,7 @@ impl SentencePiece {
         // Control and byte tokens never take part in merges; only normal-ish pieces do.
         let piece_ids = token_to_id
             .iter()
-            .filter(|&(_, &id)| {
-                !matches!(spec.token_type(id), TokenType::Control | TokenType::Byte)
-            })
+            .filter(|&(_, &id)| !matches!(spec.token_type(id), TokenType::Control | TokenType::Byte))
             .map(|(&t, &id)| (t.to_string(), id))
             .collect();
         SentencePiece {
@@ -90,17 +86,12 @@ impl SentencePiece {
         let mut next: Vec<usize> = (1..=n).collect();
         let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
         let mut heap = BinaryHeap::new();
-        let try_push =
-            |heap: &mut BinaryHeap<Bigram>, l: usize, r: usize, start: &[usize], len: &[usize]| {
-                let piece = &norm[start[l]..start[r] + len[r]];
-                if let Some(&id) = self.piece_ids.get(piece) {
-                    heap.push(Bigram {
-                        score: self.score(id),
-                        left: l,
-                        len: piece.len(),
-                    });
-                }
-            };
+        let try_push = |heap: &mut BinaryHeap<Bigram>, l: usize, r: usize, start: &[usize], len: &[usize]| {
+            let piece = &norm[start[l]..start[r] + len[r]];
+            if let Some(&id) = self.piece_ids.get(piece) {
+                heap.push(Bigram { score: self.score(id), left: l, len: piece.len() });
+            }
+        };
         for i in 1..n {
             try_push(&mut heap, i - 1, i, &start, &len);
         }
@@ -126,11 +117,7 @@ impl SentencePiece {
             let piece = &norm[start[i]..start[i] + len[i]];
             match self.piece_ids.get(piece) {
                 Some(&id) => out.push(id),
-                None => match piece
-                    .bytes()
-                    .map(|b| self.byte_ids[b as usize])
-                    .collect::<Option<Vec<_>>>()
-                {
+                None => match piece.bytes().map(|b| self.byte_ids[b as usize]).collect::<Option<Vec<_>>>() {
                     Some(bytes) => out.extend(bytes),
                     None => out.extend(self.unk_id),
                 },

@@ -34,12 +34,7 @@ impl F32x16 for Avx2 {
     fn load(s: &[f32]) -> Self {
         assert!(s.len() >= 16);
         // SAFETY: 16 readable lanes checked above.
-        unsafe {
-            Avx2(
-                _mm256_loadu_ps(s.as_ptr()),
-                _mm256_loadu_ps(s.as_ptr().add(8)),
-            )
-        }
+        unsafe { Avx2(_mm256_loadu_ps(s.as_ptr()), _mm256_loadu_ps(s.as_ptr().add(8))) }
     }
     #[inline(always)]
     fn store(self, s: &mut [f32]) {
@@ -59,23 +54,13 @@ impl F32x16 for Avx2 {
     #[inline(always)]
     fn fma(self, b: Self, c: Self) -> Self {
         // SAFETY: see the module note.
-        unsafe {
-            Avx2(
-                _mm256_fmadd_ps(self.0, b.0, c.0),
-                _mm256_fmadd_ps(self.1, b.1, c.1),
-            )
-        }
+        unsafe { Avx2(_mm256_fmadd_ps(self.0, b.0, c.0), _mm256_fmadd_ps(self.1, b.1, c.1)) }
     }
     #[inline(always)]
     fn round(self) -> Self {
         const MODE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         // SAFETY: see the module note.
-        unsafe {
-            Avx2(
-                _mm256_round_ps::<MODE>(self.0),
-                _mm256_round_ps::<MODE>(self.1),
-            )
-        }
+        unsafe { Avx2(_mm256_round_ps::<MODE>(self.0), _mm256_round_ps::<MODE>(self.1)) }
     }
     #[inline(always)]
     fn pow2i(self) -> Self {
@@ -111,11 +96,7 @@ impl F32x16 for Avx2 {
         unsafe {
             let f = |p: *const u8| {
                 let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
-                let n = if HIGH {
-                    _mm256_srli_epi32::<4>(b)
-                } else {
-                    _mm256_and_si256(b, _mm256_set1_epi32(0x0F))
-                };
+                let n = if HIGH { _mm256_srli_epi32::<4>(b) } else { _mm256_and_si256(b, _mm256_set1_epi32(0x0F)) };
                 _mm256_cvtepi32_ps(n)
             };
             Avx2(f(q.as_ptr()), f(q.as_ptr().add(8)))
@@ -126,8 +107,7 @@ impl F32x16 for Avx2 {
         assert!(q.len() >= 16);
         // SAFETY: 16 readable bytes checked above.
         unsafe {
-            let f =
-                |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast())));
+            let f = |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast())));
             Avx2(f(q.as_ptr()), f(q.as_ptr().add(8)))
         }
     }

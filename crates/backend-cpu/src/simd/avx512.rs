@@ -70,18 +70,14 @@ impl F32x16 for Avx512 {
     #[inline(always)]
     fn round(self) -> Self {
         // SAFETY: see the module note.
-        Avx512(unsafe {
-            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0)
-        })
+        Avx512(unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0) })
     }
     #[inline(always)]
     fn pow2i(self) -> Self {
         // SAFETY: see the module note.
         unsafe {
             let n = _mm512_cvtps_epi32(self.0);
-            Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(
-                _mm512_add_epi32(n, _mm512_set1_epi32(127)),
-            )))
+            Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n, _mm512_set1_epi32(127)))))
         }
     }
     #[inline(always)]
@@ -107,11 +103,7 @@ impl F32x16 for Avx512 {
         // SAFETY: 16 readable bytes checked above.
         unsafe {
             let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast()));
-            let n = if HIGH {
-                _mm512_srli_epi32::<4>(b)
-            } else {
-                _mm512_and_si512(b, _mm512_set1_epi32(0x0F))
-            };
+            let n = if HIGH { _mm512_srli_epi32::<4>(b) } else { _mm512_and_si512(b, _mm512_set1_epi32(0x0F)) };
             Avx512(_mm512_cvtepi32_ps(n))
         }
     }
@@ -119,11 +111,7 @@ impl F32x16 for Avx512 {
     fn from_i8(q: &[u8]) -> Self {
         assert!(q.len() >= 16);
         // SAFETY: 16 readable bytes checked above.
-        unsafe {
-            Avx512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                q.as_ptr().cast(),
-            ))))
-        }
+        unsafe { Avx512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q.as_ptr().cast())))) }
     }
     #[inline(always)]
     fn from_f16(q: &[u8]) -> Self {

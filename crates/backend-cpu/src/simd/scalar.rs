@@ -65,10 +65,7 @@ impl F32x16 for Scalar {
     }
     #[inline(always)]
     fn pow2i(self) -> Self {
-        Scalar(
-            self.0
-                .map(|n| f32::from_bits(((n as i32 + 127) as u32) << 23)),
-        )
+        Scalar(self.0.map(|n| f32::from_bits(((n as i32 + 127) as u32) << 23)))
     }
     #[inline(always)]
     fn hsum(self) -> f32 {
@@ -80,19 +77,11 @@ impl F32x16 for Scalar {
     }
     #[inline(always)]
     fn hmax(self) -> f32 {
-        self.0
-            .into_iter()
-            .fold(f32::NEG_INFINITY, |m, x| if x > m { x } else { m })
+        self.0.into_iter().fold(f32::NEG_INFINITY, |m, x| if x > m { x } else { m })
     }
     #[inline(always)]
     fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self {
-        Scalar(std::array::from_fn(|i| {
-            if HIGH {
-                (q[i] >> 4) as f32
-            } else {
-                (q[i] & 0x0F) as f32
-            }
-        }))
+        Scalar(std::array::from_fn(|i| if HIGH { (q[i] >> 4) as f32 } else { (q[i] & 0x0F) as f32 }))
     }
     #[inline(always)]
     fn from_i8(q: &[u8]) -> Self {
@@ -100,15 +89,11 @@ impl F32x16 for Scalar {
     }
     #[inline(always)]
     fn from_f16(q: &[u8]) -> Self {
-        Scalar(std::array::from_fn(|i| {
-            f16::from_le_bytes([q[2 * i], q[2 * i + 1]]).to_f32()
-        }))
+        Scalar(std::array::from_fn(|i| f16::from_le_bytes([q[2 * i], q[2 * i + 1]]).to_f32()))
     }
     #[inline(always)]
     fn from_bf16(q: &[u8]) -> Self {
-        Scalar(std::array::from_fn(|i| {
-            bf16::from_le_bytes([q[2 * i], q[2 * i + 1]]).to_f32()
-        }))
+        Scalar(std::array::from_fn(|i| bf16::from_le_bytes([q[2 * i], q[2 * i + 1]]).to_f32()))
     }
     #[inline(always)]
     fn f16_scalar(q: &[u8], at: usize) -> f32 {

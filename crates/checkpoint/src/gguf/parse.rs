@@ -42,10 +42,7 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(
-        &mut self,
-        what: &dyn Fn() -> String,
-    ) -> Result<[u8; N], CheckpointError> {
+    fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N], CheckpointError> {
         let s = self.take(N as u64, what)?;
         Ok(s.try_into().expect("take returned N bytes"))
     }
@@ -62,10 +59,7 @@ impl<'a> Cursor<'a> {
         let len = self.u64(what)?;
         let offset = self.pos as u64;
         let raw = self.take(len, what)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| CheckpointError::InvalidUtf8 {
-            what: what(),
-            offset,
-        })
+        String::from_utf8(raw.to_vec()).map_err(|_| CheckpointError::InvalidUtf8 { what: what(), offset })
     }
 
     fn remaining(&self) -> u64 {
@@ -96,12 +90,7 @@ fn min_value_size(t: u32) -> u64 {
     }
 }
 
-fn read_value(
-    c: &mut Cursor<'_>,
-    key: &str,
-    t: u32,
-    depth: usize,
-) -> Result<MetaValue, CheckpointError> {
+fn read_value(c: &mut Cursor<'_>, key: &str, t: u32, depth: usize) -> Result<MetaValue, CheckpointError> {
     let what = || format!("value of metadata key `{key}`");
     Ok(match t {
         type_id::U8 => MetaValue::U8(c.array::<1>(&what)?[0]),
@@ -131,17 +120,10 @@ fn read_value(
             }
             let elem_type = c.u32(&what)?;
             if elem_type > type_id::F64 {
-                return Err(CheckpointError::BadValueType {
-                    key: key.to_string(),
-                    type_id: elem_type,
-                });
+                return Err(CheckpointError::BadValueType { key: key.to_string(), type_id: elem_type });
             }
             let len = c.u64(&what)?;
-            c.check_count(
-                len,
-                min_value_size(elem_type),
-                &format!("array length of `{key}`"),
-            )?;
+            c.check_count(len, min_value_size(elem_type), &format!("array length of `{key}`"))?;
             let mut items = Vec::with_capacity(len as usize);
             for _ in 0..len {
                 items.push(read_value(c, key, elem_type, depth + 1)?);
@@ -149,10 +131,7 @@ fn read_value(
             MetaValue::Array { elem_type, items }
         }
         _ => {
-            return Err(CheckpointError::BadValueType {
-                key: key.to_string(),
-                type_id: t,
-            });
+            return Err(CheckpointError::BadValueType { key: key.to_string(), type_id: t });
         }
     })
 }
@@ -160,10 +139,7 @@ fn read_value(
 pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError> {
     let mut c = Cursor { bytes, pos: 0 };
     if bytes.len() < 4 || &bytes[..4] != b"GGUF" {
-        return Err(CheckpointError::NotGguf {
-            path: path.to_path_buf(),
-            magic: bytes[..bytes.len().min(4)].to_vec(),
-        });
+        return Err(CheckpointError::NotGguf { path: path.to_path_buf(), magic: bytes[..bytes.len().min(4)].to_vec() });
     }
     c.pos = 4;
     let version = c.u32(&|| "version".into())?;
@@ -211,11 +187,7 @@ pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError
         let what = || format!("header of tensor `{name}`");
         let num_dims = c.u32(&what)?;
         if num_dims == 0 || num_dims > MAX_DIMS {
-            return Err(CheckpointError::BadShape {
-                name,
-                dims: vec![],
-                why: "rank must be 1 to 4",
-            });
+            return Err(CheckpointError::BadShape { name, dims: vec![], why: "rank must be 1 to 4" });
         }
         let mut dims = Vec::with_capacity(num_dims as usize);
         for _ in 0..num_dims {
@@ -223,25 +195,13 @@ pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError
         }
         let type_id = c.u32(&what)?;
         let offset = c.u64(&what)?;
-        let ty = GgmlType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownTensorType {
-            name: name.clone(),
-            type_id,
-        })?;
-        let info = ty
-            .info()
-            .ok_or_else(|| CheckpointError::UnsupportedTensorType {
-                name: name.clone(),
-                ty,
-            })?;
-        let num_elems = dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n <= i64::MAX as u64)
-            .ok_or_else(|| CheckpointError::BadShape {
-                name: name.clone(),
-                dims: dims.clone(),
-                why: "element count overflows",
-            })?;
+        let ty = GgmlType::from_id(type_id)
+            .ok_or_else(|| CheckpointError::UnknownTensorType { name: name.clone(), type_id })?;
+        let info = ty.info().ok_or_else(|| CheckpointError::UnsupportedTensorType { name: name.clone(), ty })?;
+        let num_elems =
+            dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).filter(|&n| n <= i64::MAX as u64).ok_or_else(
+                || CheckpointError::BadShape { name: name.clone(), dims: dims.clone(), why: "element count overflows" },
+            )?;
         if dims[0] % info.block_elems as u64 != 0 {
             return Err(CheckpointError::BadShape {
                 name,
@@ -249,39 +209,24 @@ pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError
                 why: "row length is not a whole number of quantization blocks",
             });
         }
-        let size = ty
-            .bytes_for(num_elems)
-            .ok_or_else(|| CheckpointError::BadShape {
-                name: name.clone(),
-                dims: dims.clone(),
-                why: "byte size overflows",
-            })?;
+        let size = ty.bytes_for(num_elems).ok_or_else(|| CheckpointError::BadShape {
+            name: name.clone(),
+            dims: dims.clone(),
+            why: "byte size overflows",
+        })?;
         if offset % alignment != 0 {
-            return Err(CheckpointError::MisalignedTensor {
-                name,
-                offset,
-                alignment,
-            });
+            return Err(CheckpointError::MisalignedTensor { name, offset, alignment });
         }
         if !names.insert(name.clone()) {
             return Err(CheckpointError::DuplicateTensor(name));
         }
-        tensors.push(TensorInfo {
-            name,
-            dims,
-            ty,
-            offset,
-            size,
-        });
+        tensors.push(TensorInfo { name, dims, ty, offset, size });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
     let data_len = (bytes.len() as u64).saturating_sub(data_offset);
     for t in &tensors {
-        if t.offset
-            .checked_add(t.size)
-            .is_none_or(|end| end > data_len)
-        {
+        if t.offset.checked_add(t.size).is_none_or(|end| end > data_len) {
             return Err(CheckpointError::TensorOutOfRange {
                 name: t.name.clone(),
                 offset: t.offset,
@@ -300,11 +245,5 @@ pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError
             });
         }
     }
-    Ok(Header {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    Ok(Header { version, metadata, tensors, alignment, data_offset })
 }

@@ -17,10 +17,7 @@ pub enum MetaValue {
     F64(f64),
     Bool(bool),
     String(String),
-    Array {
-        elem_type: u32,
-        items: Vec<MetaValue>,
-    },
+    Array { elem_type: u32, items: Vec<MetaValue> },
 }
 
 /// GGUF value type ids.

@@ -72,17 +72,8 @@ impl GgufWriter {
 
     /// Adds a string-array metadata entry.
     pub fn meta_strs(&mut self, key: &str, items: &[&str]) -> &mut Self {
-        let items = items
-            .iter()
-            .map(|s| MetaValue::String(s.to_string()))
-            .collect();
-        self.meta(
-            key,
-            MetaValue::Array {
-                elem_type: type_id::STRING,
-                items,
-            },
-        )
+        let items = items.iter().map(|s| MetaValue::String(s.to_string())).collect();
+        self.meta(key, MetaValue::Array { elem_type: type_id::STRING, items })
     }
 
     /// Adds a tensor; `dims` in GGML order (innermost first).
@@ -91,15 +82,8 @@ impl GgufWriter {
     }
 
     /// Adds a tensor with a raw type id (to build files with unknown types).
-    pub fn tensor_raw(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        type_id: u32,
-        data: Vec<u8>,
-    ) -> &mut Self {
-        self.tensors
-            .push((name.to_string(), dims.to_vec(), type_id, data));
+    pub fn tensor_raw(&mut self, name: &str, dims: &[u64], type_id: u32, data: Vec<u8>) -> &mut Self {
+        self.tensors.push((name.to_string(), dims.to_vec(), type_id, data));
         self
     }
 

@@ -36,11 +36,7 @@ impl<B: FullBackend> Llama<B> {
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(Layer {
-                    input_layernorm: w.load_shaped(
-                        &format!("{p}.input_layernorm.weight"),
-                        1,
-                        hidden,
-                    )?,
+                    input_layernorm: w.load_shaped(&format!("{p}.input_layernorm.weight"), 1, hidden)?,
                     self_attn: Attention::load(w, &format!("{p}.self_attn"), c)?,
                     post_attention_layernorm: w.load_shaped(
                         &format!("{p}.post_attention_layernorm.weight"),
@@ -71,13 +67,7 @@ impl<B: FullBackend> CausalLm<B> for Llama<B> {
         &self.config
     }
 
-    fn forward(
-        &self,
-        b: &B,
-        batch: &ForwardBatch,
-        kv: &mut B::KvCache,
-        mut trace: Option<Trace<'_, B>>,
-    ) -> B::Tensor {
+    fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, mut trace: Option<Trace<'_, B>>) -> B::Tensor {
         let c = &self.config;
         let (n, hidden, eps) = (batch.num_rows(), c.hidden_size, c.rms_norm_eps as f32);
         let mut x = b.tensor(n, hidden);
@@ -89,9 +79,7 @@ impl<B: FullBackend> CausalLm<B> for Llama<B> {
             if let Some(t) = &mut trace {
                 t("attn_norm", Some(i), &normed);
             }
-            let attn = layer
-                .self_attn
-                .forward(b, &normed, &rope, batch, kv, i, &mut trace);
+            let attn = layer.self_attn.forward(b, &normed, &rope, batch, kv, i, &mut trace);
             b.add(&mut x, &attn);
             b.rms_norm(&x, &layer.post_attention_layernorm, eps, &mut normed);
             let mlp = layer.mlp.forward(b, &normed, i, &mut trace);

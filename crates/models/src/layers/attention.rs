@@ -19,11 +19,7 @@ pub struct Attention<B: Backend> {
 }
 
 impl<B: FullBackend> Attention<B> {
-    pub fn load(
-        w: &WeightLoader<'_, B>,
-        prefix: &str,
-        c: &ModelConfig,
-    ) -> Result<Self, ModelError> {
+    pub fn load(w: &WeightLoader<'_, B>, prefix: &str, c: &ModelConfig) -> Result<Self, ModelError> {
         let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         Ok(Attention {
             q_proj: w.load_shaped(&format!("{prefix}.q_proj.weight"), h * d, c.hidden_size)?,

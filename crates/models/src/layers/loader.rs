@@ -20,31 +20,18 @@ impl<B: Backend> WeightLoader<'_, B> {
 
     /// The weight `hf_name` as a [rows, cols] matrix (a vector is one row).
     pub fn load(&self, hf_name: &str) -> Result<B::Weight, ModelError> {
-        let gguf = tensor_names::hf_to_gguf(hf_name)
-            .ok_or_else(|| ModelError::MissingTensor(hf_name.into()))?;
-        let info = self
-            .file
-            .tensor(&gguf)
-            .ok_or_else(|| ModelError::MissingTensor(format!("{hf_name} (GGUF `{gguf}`)")))?;
+        let gguf = tensor_names::hf_to_gguf(hf_name).ok_or_else(|| ModelError::MissingTensor(hf_name.into()))?;
+        let info =
+            self.file.tensor(&gguf).ok_or_else(|| ModelError::MissingTensor(format!("{hf_name} (GGUF `{gguf}`)")))?;
         let cols = info.dims[0] as usize;
         let rows = (info.num_elems() / info.dims[0].max(1)) as usize;
-        let src = WeightSource {
-            name: hf_name.into(),
-            ty: info.ty,
-            rows,
-            cols,
-            bytes: self.file.tensor_host_bytes(info),
-        };
+        let src =
+            WeightSource { name: hf_name.into(), ty: info.ty, rows, cols, bytes: self.file.tensor_host_bytes(info) };
         Ok(self.backend.load_weight(src)?)
     }
 
     /// Loads `hf_name` and checks its shape.
-    pub fn load_shaped(
-        &self,
-        hf_name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<B::Weight, ModelError> {
+    pub fn load_shaped(&self, hf_name: &str, rows: usize, cols: usize) -> Result<B::Weight, ModelError> {
         use plumb_core::Shape;
         let w = self.load(hf_name)?;
         if (w.rows(), w.cols()) != (rows, cols) {

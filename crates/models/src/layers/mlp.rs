@@ -13,35 +13,16 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: LinearOps + ElementwiseOps> Mlp<B> {
-    pub fn load(
-        w: &WeightLoader<'_, B>,
-        prefix: &str,
-        hidden: usize,
-        intermediate: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn load(w: &WeightLoader<'_, B>, prefix: &str, hidden: usize, intermediate: usize) -> Result<Self, ModelError> {
         Ok(Mlp {
-            gate_proj: w.load_shaped(
-                &format!("{prefix}.gate_proj.weight"),
-                intermediate,
-                hidden,
-            )?,
+            gate_proj: w.load_shaped(&format!("{prefix}.gate_proj.weight"), intermediate, hidden)?,
             up_proj: w.load_shaped(&format!("{prefix}.up_proj.weight"), intermediate, hidden)?,
-            down_proj: w.load_shaped(
-                &format!("{prefix}.down_proj.weight"),
-                hidden,
-                intermediate,
-            )?,
+            down_proj: w.load_shaped(&format!("{prefix}.down_proj.weight"), hidden, intermediate)?,
         })
     }
 
     /// x: [num_rows, hidden] → [num_rows, hidden].
-    pub fn forward(
-        &self,
-        b: &B,
-        x: &B::Tensor,
-        layer: usize,
-        trace: &mut Option<Trace<'_, B>>,
-    ) -> B::Tensor {
+    pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
         let n = x.rows();
         let mut gate = b.tensor(n, self.gate_proj.rows());
         let mut up = b.tensor(n, self.up_proj.rows());

@@ -7,18 +7,11 @@ use plumb_checkpoint::hparams::RopeScaling;
 /// inv_freq[i] = theta^(-2i / rope_dim), adjusted by the configured scaling. [rope_dim / 2]
 pub fn inv_freq(c: &ModelConfig) -> Vec<f64> {
     let d = c.rope_dim as f64;
-    let base: Vec<f64> = (0..c.rope_dim / 2)
-        .map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f64 / d))
-        .collect();
+    let base: Vec<f64> = (0..c.rope_dim / 2).map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f64 / d)).collect();
     match c.rope_scaling {
         None | Some(RopeScaling::Yarn { .. }) => base,
         Some(RopeScaling::Linear { factor }) => base.into_iter().map(|f| f / factor).collect(),
-        Some(RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        }) => {
+        Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) => {
             let old = original_max_position_embeddings as f64;
             let low_wavelen = old / low_freq_factor;
             let high_wavelen = old / high_freq_factor;
@@ -30,8 +23,7 @@ pub fn inv_freq(c: &ModelConfig) -> Vec<f64> {
                     } else if wavelen > low_wavelen {
                         f / factor
                     } else {
-                        let smooth = (old / wavelen - low_freq_factor)
-                            / (high_freq_factor - low_freq_factor);
+                        let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                         (1.0 - smooth) * f / factor + smooth * f
                     }
                 })

@@ -1,0 +1,116 @@
+//! `plumb bench`: prefill and decode speed, measured like llama.cpp's `llama-bench`
+//! (pp: a prompt of random tokens in one pass; tg: tokens generated one at a time from an empty
+//! context; plus decode at a given context depth). Median of several runs, written as a receipt.
+
+use crate::receipt;
+use crate::session::{ModelArgs, Session};
+use anyhow::Result;
+use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_core::Backend;
+use plumb_engine::Request;
+use plumb_sampling::SamplingParams;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens for the prefill test (pp).
+    #[arg(long, default_value_t = 512)]
+    pub prompt_len: usize,
+    /// Tokens generated for the decode test (tg).
+    #[arg(long, default_value_t = 128)]
+    pub gen_len: usize,
+    /// Context depth for the decode-at-depth test (0 = skip).
+    #[arg(long, default_value_t = 512)]
+    pub depth: usize,
+    /// Runs per test; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub repetitions: usize,
+    /// Print the receipt as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the receipt to this file.
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
+}
+
+/// Deterministic pseudo-random token ids below `vocab` (llama-bench also uses random tokens).
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    (0..n as u64).map(|i| (plumb_sampling::uniform(seed, i) * vocab as f64) as u32).collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Seconds to prefill `prompt` and, separately, to decode `gen` more tokens.
+fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result<(f64, f64)> {
+    let req = Request { prompt, params: SamplingParams::greedy(), max_tokens: num_gen + 1, stop_ids: vec![] };
+    s.engine.add_request(req)?;
+    let start = Instant::now();
+    let mut first = None;
+    while s.engine.has_work() {
+        if !s.engine.step().is_empty() && first.is_none() {
+            first = Some(start.elapsed().as_secs_f64());
+        }
+    }
+    let total = start.elapsed().as_secs_f64();
+    let first = first.unwrap_or(total);
+    Ok((first, total - first))
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let ctx = (args.prompt_len.max(args.depth) + args.gen_len + 1).max(args.model.ctx.unwrap_or(0));
+    let model = ModelArgs { ctx: Some(ctx), ..args.model.clone() };
+    let mut s = Session::open(&model, args.prompt_len.max(1))?;
+    let vocab = s.engine.model().config().vocab_size;
+    let threads = s.engine.backend().num_threads();
+    eprintln!("benchmarking {} on {} ...", s.path.display(), s.engine.backend().name());
+    // Warm-up: touches every weight page once so runs measure compute, not disk.
+    timed_generation(&mut s, tokens(16, vocab, 99), 2)?;
+    let (mut pp, mut tg, mut dd) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..args.repetitions {
+        let (prefill, _) = timed_generation(&mut s, tokens(args.prompt_len, vocab, rep as u64), 0)?;
+        pp.push(args.prompt_len as f64 / prefill);
+        let (_, decode) = timed_generation(&mut s, tokens(1, vocab, 1000 + rep as u64), args.gen_len)?;
+        tg.push(args.gen_len as f64 / decode);
+        if args.depth > 0 {
+            let (_, decode) = timed_generation(&mut s, tokens(args.depth, vocab, 2000 + rep as u64), args.gen_len)?;
+            dd.push(args.gen_len as f64 / decode);
+        }
+    }
+    let sha = sha256_file(&s.path, &NoProgress)?;
+    let mut figures = json!({
+        "backend": s.engine.backend().name(),
+        "threads": threads,
+        "repetitions": args.repetitions,
+        format!("pp{}_tokens_per_s", args.prompt_len): median(pp.clone()),
+        format!("tg{}_tokens_per_s", args.gen_len): median(tg.clone()),
+        "pp_runs": pp,
+        "tg_runs": tg,
+    });
+    if args.depth > 0 {
+        figures[format!("tg{}_at_depth{}_tokens_per_s", args.gen_len, args.depth)] = json!(median(dd.clone()));
+        figures["depth_runs"] = json!(dd);
+    }
+    let r = receipt::envelope("bench", &s.path, &sha, figures.clone());
+    if let Some(path) = &args.receipt {
+        receipt::write(path, &r)?;
+        eprintln!("receipt written to {}", path.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("backend      {}", s.engine.backend().name());
+        println!("pp{:<10} {:>8.1} tokens/s (median of {})", args.prompt_len, median(pp), args.repetitions);
+        println!("tg{:<10} {:>8.1} tokens/s", args.gen_len, median(tg));
+        if args.depth > 0 {
+            println!("tg{} @ d{:<4} {:>8.1} tokens/s", args.gen_len, args.depth, median(dd));
+        }
+    }
+    Ok(())
+}
