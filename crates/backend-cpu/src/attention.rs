@@ -101,17 +101,24 @@ fn attend_head_kernel<S: F32x16>(
     out: &mut [f32],
 ) {
     let ctx = slots.len();
-    let at = |slot: u32| (slot as usize * num_kv_heads + kv_head) * head_dim;
+    // Kernels avoid closures: they compile without the caller's target features.
+    let stride = num_kv_heads * head_dim;
+    let base = kv_head * head_dim;
     let mut scores = vec![0f32; ctx.div_ceil(LANES) * LANES];
     for (s, &slot) in scores.iter_mut().zip(slots.iter()) {
-        let kh = &k[at(slot)..][..head_dim];
+        let kh = &k[slot as usize * stride + base..][..head_dim];
         let mut acc = S::zero();
         for j in (0..head_dim).step_by(LANES) {
             acc = S::load(&q[j..]).fma(S::load(&kh[j..]), acc);
         }
         *s = acc.hsum() * scale;
     }
-    let max = scores[..ctx].iter().fold(f32::NEG_INFINITY, |m, &s| if s > m { s } else { m });
+    let mut max = f32::NEG_INFINITY;
+    for &s in &scores[..ctx] {
+        if s > max {
+            max = s;
+        }
+    }
     let mut sum = S::zero();
     for c in (0..scores.len()).step_by(LANES) {
         let mut p = [0f32; LANES];
@@ -126,7 +133,7 @@ fn attend_head_kernel<S: F32x16>(
     let nv = head_dim / LANES;
     assert!(nv <= acc.len(), "head_dim above 256 is not supported");
     for (p, &slot) in scores.iter().zip(slots.iter()) {
-        let vh = &v[at(slot)..][..head_dim];
+        let vh = &v[slot as usize * stride + base..][..head_dim];
         let pv = S::splat(*p);
         for (i, a) in acc.iter_mut().take(nv).enumerate() {
             *a = pv.fma(S::load(&vh[i * LANES..]), *a);

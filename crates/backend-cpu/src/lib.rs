@@ -9,6 +9,7 @@ mod elementwise;
 mod linear;
 mod pool;
 pub mod simd;
+mod weights;
 
 pub use attention::CpuKvCache;
 pub use pool::Pool;
@@ -59,8 +60,8 @@ pub struct CpuWeight {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
-    bytes: HostBytes,
-    row_bytes: usize,
+    pub(crate) bytes: HostBytes,
+    pub(crate) row_bytes: usize,
     /// Vectors (norm weights) are kept dequantized.
     dense: Option<Vec<f32>>,
 }

@@ -1,6 +1,7 @@
 //! `linear`: out[n, m] = Σ_k x[n, k] · w[m, k] for any weight format.
-//! Weights stay in their checkpoint format; each thread dequantizes a tile of weight rows exactly
-//! into f32 and multiplies it with a block of activation rows.
+//! Weights stay in their checkpoint format. A few rows (decode) multiply straight from the
+//! quantized blocks (`weights::fused_dot`); more rows share a tile of weight rows expanded to f32
+//! (`weights::row`), which amortizes the unpacking over up to 64 rows.
 //! Batch invariance: every output element is one 16-lane f32 FMA chain over k (lane j takes
 //! k ≡ j mod 16, in increasing k) followed by the fixed `hsum` tree. Tile sizes change which
 //! elements are computed together, never an element's own sequence of operations; threads split
@@ -8,7 +9,8 @@
 
 use crate::pool::{Pool, split_range};
 use crate::simd::{F32x16, Isa, LANES, simd_dispatch};
-use crate::{CpuWeight, SyncPtr};
+use crate::{CpuWeight, SyncPtr, weights};
+use plumb_core::GgmlType;
 
 /// Weight rows dequantized together (one tile).
 const TILE_M: usize = 8;
@@ -52,9 +54,18 @@ fn linear_part_kernel<S: F32x16>(
         let rb_end = (rb + ROW_BLOCK).min(num_rows);
         for m0 in (m_start..m_end).step_by(TILE_M) {
             let c = TILE_M.min(m_end - m0);
-            for ci in 0..c {
-                crate::dequant::dequant_row_kernel::<S>(w.ty, w.row_bytes(m0 + ci), &mut tile[ci * k..(ci + 1) * k]);
+            if rb_end - rb < FUSED_MAX_ROWS && c == TILE_M {
+                // A direct call per format (not a function pointer) so each inlines into this
+                // `#[target_feature]` instantiation.
+                match w.ty {
+                    GgmlType::Q4_0 => fused_tile::<S, weights::Q4_0>(x, rb, rb_end, w, m0, out),
+                    GgmlType::Q4_1 => fused_tile::<S, weights::Q4_1>(x, rb, rb_end, w, m0, out),
+                    GgmlType::Q8_0 => fused_tile::<S, weights::Q8_0>(x, rb, rb_end, w, m0, out),
+                    _ => expand_then_multiply::<S>(x, rb, rb_end, w, m0, &mut tile, out),
+                }
+                continue;
             }
+            expand_tile::<S>(w, m0, c, &mut tile);
             let mut r0 = rb;
             while r0 < rb_end {
                 let r = (rb_end - r0).min(4);
@@ -84,7 +95,60 @@ fn linear_part_kernel<S: F32x16>(
     }
 }
 
-/// R activation rows from `r0` × C dequantized weight rows from tile row `c0`.
+/// Rows below which `linear` multiplies straight from quantized blocks.
+const FUSED_MAX_ROWS: usize = 4;
+
+/// Expands weight rows `m0..m0 + c` into `tile` ([c, k] f32).
+#[inline(always)]
+fn expand_tile<S: F32x16>(w: &CpuWeight, m0: usize, c: usize, tile: &mut [f32]) {
+    let k = w.cols;
+    for ci in 0..c {
+        let (src, dst) = (w.row_bytes(m0 + ci), &mut tile[ci * k..(ci + 1) * k]);
+        match w.ty {
+            GgmlType::Q4_0 => weights::row::<S, weights::Q4_0>(src, dst),
+            GgmlType::Q4_1 => weights::row::<S, weights::Q4_1>(src, dst),
+            GgmlType::Q8_0 => weights::row::<S, weights::Q8_0>(src, dst),
+            _ => crate::dequant::dequant_row_kernel::<S>(w.ty, src, dst),
+        }
+    }
+}
+
+/// One full weight tile times a few activation rows, straight from the blocks.
+#[inline(always)]
+fn fused_tile<S: F32x16, F: weights::Block32>(
+    x: &[f32],
+    r_start: usize,
+    r_end: usize,
+    w: &CpuWeight,
+    m0: usize,
+    out: &mut [f32],
+) {
+    let (m, k) = (w.rows, w.cols);
+    let rows = &w.bytes[m0 * w.row_bytes..(m0 + TILE_M) * w.row_bytes];
+    for r in r_start..r_end {
+        let dots = weights::fused_dot::<S, F, TILE_M>(&x[r * k..(r + 1) * k], rows, w.row_bytes);
+        out[r * m + m0..r * m + m0 + TILE_M].copy_from_slice(&dots);
+    }
+}
+
+/// The tiled path for formats without a fused kernel.
+#[inline(always)]
+fn expand_then_multiply<S: F32x16>(
+    x: &[f32],
+    r_start: usize,
+    r_end: usize,
+    w: &CpuWeight,
+    m0: usize,
+    tile: &mut [f32],
+    out: &mut [f32],
+) {
+    expand_tile::<S>(w, m0, TILE_M, tile);
+    for r in r_start..r_end {
+        micro::<S, 1, 8>(x, r, tile, 0, w.cols, out, w.rows, m0);
+    }
+}
+
+/// R activation rows from `r0` × C expanded weight rows from tile row `c0`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn micro<S: F32x16, const R: usize, const C: usize>(
@@ -100,7 +164,10 @@ fn micro<S: F32x16, const R: usize, const C: usize>(
     let mut acc = [[S::zero(); C]; R];
     let mut kk = 0;
     while kk < k {
-        let wv: [S; C] = std::array::from_fn(|c| S::load(&tile[(c0 + c) * k + kk..]));
+        let mut wv = [S::zero(); C];
+        for (c, v) in wv.iter_mut().enumerate() {
+            *v = S::load(&tile[(c0 + c) * k + kk..]);
+        }
         for (r, acc_r) in acc.iter_mut().enumerate() {
             let xv = S::load(&x[(r0 + r) * k + kk..]);
             for (a, wc) in acc_r.iter_mut().zip(&wv) {

@@ -9,6 +9,53 @@ use std::arch::x86_64::*;
 #[derive(Clone, Copy, Debug)]
 pub struct Avx2(__m256, __m256);
 
+// Helpers are `#[inline(always)]` functions rather than closures: a closure is compiled without
+// its caller's target features, so the intrinsics inside it would not inline.
+
+#[inline(always)]
+fn pow2i_half(v: __m256) -> __m256 {
+    // SAFETY: see the module note.
+    unsafe {
+        let n = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(127));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(n))
+    }
+}
+
+#[inline(always)]
+fn nibbles_half<const HIGH: bool>(q: &[u8]) -> __m256 {
+    assert!(q.len() >= 8);
+    // SAFETY: 8 readable bytes checked above; see the module note.
+    unsafe {
+        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(q.as_ptr().cast()));
+        let n = if HIGH { _mm256_srli_epi32::<4>(b) } else { _mm256_and_si256(b, _mm256_set1_epi32(0x0F)) };
+        _mm256_cvtepi32_ps(n)
+    }
+}
+
+#[inline(always)]
+fn i8_half(q: &[u8]) -> __m256 {
+    assert!(q.len() >= 8);
+    // SAFETY: 8 readable bytes checked above; see the module note.
+    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q.as_ptr().cast()))) }
+}
+
+#[inline(always)]
+fn f16_half(q: &[u8]) -> __m256 {
+    assert!(q.len() >= 16);
+    // SAFETY: 16 readable bytes checked above; see the module note.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(q.as_ptr().cast())) }
+}
+
+#[inline(always)]
+fn bf16_half(q: &[u8]) -> __m256 {
+    assert!(q.len() >= 16);
+    // SAFETY: 16 readable bytes checked above; see the module note.
+    unsafe {
+        let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(q.as_ptr().cast()));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
+    }
+}
+
 macro_rules! lanewise {
     ($name:ident, $op:ident) => {
         #[inline(always)]
@@ -64,14 +111,7 @@ impl F32x16 for Avx2 {
     }
     #[inline(always)]
     fn pow2i(self) -> Self {
-        // SAFETY: see the module note.
-        unsafe {
-            let f = |v: __m256| {
-                let n = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(127));
-                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(n))
-            };
-            Avx2(f(self.0), f(self.1))
-        }
+        Avx2(pow2i_half(self.0), pow2i_half(self.1))
     }
     #[inline(always)]
     fn hsum(self) -> f32 {
@@ -92,45 +132,22 @@ impl F32x16 for Avx2 {
     #[inline(always)]
     fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self {
         assert!(q.len() >= 16);
-        // SAFETY: 16 readable bytes checked above.
-        unsafe {
-            let f = |p: *const u8| {
-                let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
-                let n = if HIGH { _mm256_srli_epi32::<4>(b) } else { _mm256_and_si256(b, _mm256_set1_epi32(0x0F)) };
-                _mm256_cvtepi32_ps(n)
-            };
-            Avx2(f(q.as_ptr()), f(q.as_ptr().add(8)))
-        }
+        Avx2(nibbles_half::<HIGH>(&q[..8]), nibbles_half::<HIGH>(&q[8..16]))
     }
     #[inline(always)]
     fn from_i8(q: &[u8]) -> Self {
         assert!(q.len() >= 16);
-        // SAFETY: 16 readable bytes checked above.
-        unsafe {
-            let f = |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast())));
-            Avx2(f(q.as_ptr()), f(q.as_ptr().add(8)))
-        }
+        Avx2(i8_half(&q[..8]), i8_half(&q[8..16]))
     }
     #[inline(always)]
     fn from_f16(q: &[u8]) -> Self {
         assert!(q.len() >= 32);
-        // SAFETY: 32 readable bytes checked above.
-        unsafe {
-            let f = |p: *const u8| _mm256_cvtph_ps(_mm_loadu_si128(p.cast()));
-            Avx2(f(q.as_ptr()), f(q.as_ptr().add(16)))
-        }
+        Avx2(f16_half(&q[..16]), f16_half(&q[16..32]))
     }
     #[inline(always)]
     fn from_bf16(q: &[u8]) -> Self {
         assert!(q.len() >= 32);
-        // SAFETY: 32 readable bytes checked above.
-        unsafe {
-            let f = |p: *const u8| {
-                let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
-            };
-            Avx2(f(q.as_ptr()), f(q.as_ptr().add(16)))
-        }
+        Avx2(bf16_half(&q[..16]), bf16_half(&q[16..32]))
     }
     #[inline(always)]
     fn f16_scalar(q: &[u8], at: usize) -> f32 {
