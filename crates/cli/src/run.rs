@@ -12,7 +12,7 @@ use std::time::Instant;
 #[derive(clap::Args, Debug, Clone)]
 pub struct SampleArgs {
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep the K most likely tokens (0 = off).
     #[arg(long, default_value_t = 40)]
@@ -26,9 +26,9 @@ pub struct SampleArgs {
     /// Penalize tokens already present (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// Random seed (default: from the clock).
     #[arg(long)]
@@ -101,14 +101,22 @@ pub fn generate(
     Ok((generated, stats))
 }
 
+/// This process's resident memory in bytes (Linux; 0 elsewhere).
+pub fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1));
+    kb.and_then(|v| v.parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
+}
+
 fn print_stats(st: &GenStats) {
     let decode_rate = if st.generated > 1 { (st.generated - 1) as f64 / st.decode_secs } else { 0.0 };
     eprintln!(
-        "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; {}]",
+        "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; resident {:.1} MB; {}]",
         st.prompt_tokens,
         st.prompt_tokens as f64 / st.prefill_secs,
         st.generated,
         decode_rate,
+        resident_bytes() as f64 / 1e6,
         match st.finish {
             Some(FinishReason::Stop) => "stopped at end of turn",
             Some(FinishReason::Length) => "reached --max-tokens",

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
+use plumb_core::Backend;
 use plumb_engine::Engine;
 use plumb_engine::load;
 use plumb_scheduler::SchedulerConfig;
@@ -30,11 +31,9 @@ pub struct ModelArgs {
 
 pub struct Session {
     pub path: PathBuf,
-    pub file: GgufFile,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
     pub engine: Engine<CpuBackend>,
-    pub load_secs: f64,
 }
 
 impl Session {
@@ -63,13 +62,12 @@ impl Session {
             max_model_len: ctx,
         };
         let engine = Engine::new(backend, model, config);
-        Ok(Session {
-            path: path.to_path_buf(),
-            file,
-            tokenizer,
-            template,
-            engine,
-            load_secs: start.elapsed().as_secs_f64(),
-        })
+        eprintln!(
+            "loaded {} in {:.2} s ({})",
+            path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            start.elapsed().as_secs_f64(),
+            engine.backend().name()
+        );
+        Ok(Session { path: path.to_path_buf(), tokenizer, template, engine })
     }
 }
