@@ -65,15 +65,23 @@ impl Tokenizer {
     /// Builds a tokenizer, checking the spec's consistency.
     pub fn new(spec: TokenizerSpec) -> Result<Self, TokenizerError> {
         spec.validate()?;
+        let model = Self::build_model(&spec)?;
+        let token_bytes = (0..spec.tokens.len()).map(|id| decode::raw_bytes(&spec, id)).collect();
+        let specials = SpecialSplitter::new(&spec);
+        // The merge rules live on in the model's rank table; the text copy is not needed.
+        let mut spec = spec;
+        spec.merges = Vec::new();
+        Ok(Tokenizer { spec, model, specials, token_bytes })
+    }
+
+    fn build_model(spec: &TokenizerSpec) -> Result<Model, TokenizerError> {
         let token_to_id: HashMap<&str, TokenId> =
             spec.tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i as TokenId)).collect();
         let model = match spec.kind {
-            TokenizerKind::ByteLevelBpe => Model::Bpe(bpe::ByteLevelBpe::new(&spec, &token_to_id)?),
-            TokenizerKind::SentencePiece => Model::Spm(spm::SentencePiece::new(&spec, &token_to_id)),
+            TokenizerKind::ByteLevelBpe => Model::Bpe(bpe::ByteLevelBpe::new(spec, &token_to_id)?),
+            TokenizerKind::SentencePiece => Model::Spm(spm::SentencePiece::new(spec, &token_to_id)),
         };
-        let token_bytes = (0..spec.tokens.len()).map(|id| decode::raw_bytes(&spec, id)).collect();
-        let specials = SpecialSplitter::new(&spec);
-        Ok(Tokenizer { spec, model, specials, token_bytes })
+        Ok(model)
     }
 
     pub fn spec(&self) -> &TokenizerSpec {
