@@ -44,22 +44,26 @@ simd_dispatch! {
 #[inline(always)]
 fn silu_mul_kernel<S: F32x16>(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let n = out.len();
-    let one = S::splat(1.0);
     let mut j = 0;
     while j + LANES <= n {
-        let g = S::load(&gate[j..]);
-        let e = exp(S::zero().sub(g));
-        g.div(one.add(e)).mul(S::load(&up[j..])).store(&mut out[j..]);
+        silu_mul_lanes(S::load(&gate[j..]), S::load(&up[j..])).store(&mut out[j..]);
         j += LANES;
     }
     if j < n {
-        // The tail goes through the same vector code on a padded copy.
+        // The tail goes through the same lane code on a zero-padded copy (no recursion: a
+        // recursive kernel would not inline into its `#[target_feature]` entry point).
         let (mut g, mut u, mut o) = ([0f32; LANES], [0f32; LANES], [0f32; LANES]);
         g[..n - j].copy_from_slice(&gate[j..]);
         u[..n - j].copy_from_slice(&up[j..]);
-        silu_mul_kernel::<S>(&g, &u, &mut o);
+        silu_mul_lanes(S::load(&g), S::load(&u)).store(&mut o);
         out[j..].copy_from_slice(&o[..n - j]);
     }
+}
+
+#[inline(always)]
+fn silu_mul_lanes<S: F32x16>(g: S, u: S) -> S {
+    let e = exp(S::zero().sub(g));
+    g.div(S::splat(1.0).add(e)).mul(u)
 }
 
 simd_dispatch! {

@@ -190,7 +190,15 @@ impl Backend for CpuBackend {
 impl LinearOps for CpuBackend {
     fn linear(&self, x: &CpuTensor, w: &CpuWeight, out: &mut CpuTensor) {
         assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        linear::linear(&self.pool, self.isa, &x.data, x.rows, w, &mut out.data);
+        linear::linear(&self.pool, self.isa, &x.data, x.rows, &[w], &mut [&mut out.data]);
+    }
+
+    fn linear_multi(&self, x: &CpuTensor, ws: &[&CpuWeight], outs: &mut [&mut CpuTensor]) {
+        for (w, out) in ws.iter().zip(outs.iter()) {
+            assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
+        }
+        let mut datas: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.data.as_mut_slice()).collect();
+        linear::linear(&self.pool, self.isa, &x.data, x.rows, ws, &mut datas);
     }
 
     fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {

@@ -17,21 +17,31 @@ const TILE_M: usize = 8;
 /// Activation rows whose tiles share one dequantized weight tile.
 const ROW_BLOCK: usize = 64;
 
-/// out [num_rows, w.rows] = x [num_rows, w.cols] · wᵀ.
-pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, w: &CpuWeight, out: &mut [f32]) {
-    let (m, k) = (w.rows, w.cols);
-    assert_eq!(x.len(), num_rows * k, "linear: x has the wrong size for `{}`", w.name);
-    assert_eq!(out.len(), num_rows * m, "linear: out has the wrong size for `{}`", w.name);
-    let out_ptr = SyncPtr(out.as_mut_ptr());
+/// outs[i] [num_rows, ws[i].rows] = x [num_rows, k] · ws[i]ᵀ, all in one pool launch: the
+/// outputs of all weights form one range that threads split in whole tiles.
+pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeight], outs: &mut [&mut [f32]]) {
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        assert_eq!(x.len(), num_rows * w.cols, "linear: x has the wrong size for `{}`", w.name);
+        assert_eq!(out.len(), num_rows * w.rows, "linear: out has the wrong size for `{}`", w.name);
+    }
+    let out_ptrs: Vec<SyncPtr> = outs.iter_mut().map(|o| SyncPtr(o.as_mut_ptr())).collect();
+    // Tile counts per weight; a thread takes a contiguous range of the concatenated tiles.
+    let tiles: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(TILE_M)).collect();
+    let total: usize = tiles.iter().sum();
     pool.run(&|t, nt| {
-        let outputs = split_range(m, t, nt, TILE_M);
-        if outputs.is_empty() {
-            return;
+        let mine = split_range(total, t, nt, 1);
+        let mut first = 0;
+        for (i, w) in ws.iter().enumerate() {
+            let (lo, hi) = (mine.start.max(first), mine.end.min(first + tiles[i]));
+            if lo < hi {
+                let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(w.rows));
+                // SAFETY: threads write disjoint output columns (their tile ranges do not overlap),
+                // and every `outs[i]` outlives `pool.run`.
+                let out = unsafe { std::slice::from_raw_parts_mut(out_ptrs[i].get(), num_rows * w.rows) };
+                linear_part(isa, x, num_rows, w, m_start, m_end, out);
+            }
+            first += tiles[i];
         }
-        // SAFETY: threads write disjoint output columns (`outputs` ranges do not overlap), and
-        // `out` outlives `pool.run`.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), num_rows * m) };
-        linear_part(isa, x, num_rows, w, outputs.start, outputs.end, out);
     });
 }
 
@@ -49,7 +59,12 @@ fn linear_part_kernel<S: F32x16>(
     out: &mut [f32],
 ) {
     let (m, k) = (w.rows, w.cols);
-    let mut tile = vec![0f32; TILE_M * k];
+    // Only the tiled path needs the f32 tile; decode steps skip the allocation.
+    let mut tile = Vec::new();
+    let tiled = num_rows >= FUSED_MAX_ROWS || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    if tiled || (m_end - m_start) % TILE_M != 0 {
+        tile = vec![0f32; TILE_M * k];
+    }
     for rb in (0..num_rows).step_by(ROW_BLOCK) {
         let rb_end = (rb + ROW_BLOCK).min(num_rows);
         for m0 in (m_start..m_end).step_by(TILE_M) {

@@ -84,6 +84,14 @@ pub trait F32x16: Copy {
     fn from_bf16(q: &[u8]) -> Self;
     /// One little-endian f16 at `q[at..at + 2]`, widened exactly (hardware conversion where available).
     fn f16_scalar(q: &[u8], at: usize) -> f32;
+    /// The f16 at `q[at..at + 2]` widened exactly and broadcast to every lane.
+    fn splat_f16(q: &[u8], at: usize) -> Self {
+        Self::splat(Self::f16_scalar(q, at))
+    }
+    /// Both nibble halves of 16 bytes: (low nibbles, high nibbles), as `from_nibbles` gives them.
+    fn nibbles(q: &[u8]) -> (Self, Self) {
+        (Self::from_nibbles::<false>(q), Self::from_nibbles::<true>(q))
+    }
 }
 
 /// e^x for every lane, accurate to about 2 ulp; lanes below -87.3 give the smallest normal.

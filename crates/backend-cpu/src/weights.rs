@@ -20,9 +20,10 @@ impl Block32 for Q4_0 {
     const BYTES: usize = 18;
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
-        let d = S::splat(S::f16_scalar(b, 0));
+        let d = S::splat_f16(b, 0);
         let eight = S::splat(8.0);
-        [S::from_nibbles::<false>(&b[2..]).sub(eight).mul(d), S::from_nibbles::<true>(&b[2..]).sub(eight).mul(d)]
+        let (lo, hi) = S::nibbles(&b[2..]);
+        [lo.sub(eight).mul(d), hi.sub(eight).mul(d)]
     }
 }
 
@@ -30,8 +31,9 @@ impl Block32 for Q4_1 {
     const BYTES: usize = 20;
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
-        let (d, m) = (S::splat(S::f16_scalar(b, 0)), S::splat(S::f16_scalar(b, 2)));
-        [S::from_nibbles::<false>(&b[4..]).fma(d, m), S::from_nibbles::<true>(&b[4..]).fma(d, m)]
+        let (d, m) = (S::splat_f16(b, 0), S::splat_f16(b, 2));
+        let (lo, hi) = S::nibbles(&b[4..]);
+        [lo.fma(d, m), hi.fma(d, m)]
     }
 }
 
@@ -39,7 +41,7 @@ impl Block32 for Q8_0 {
     const BYTES: usize = 34;
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
-        let d = S::splat(S::f16_scalar(b, 0));
+        let d = S::splat_f16(b, 0);
         [S::from_i8(&b[2..]).mul(d), S::from_i8(&b[18..]).mul(d)]
     }
 }

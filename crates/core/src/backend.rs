@@ -60,6 +60,13 @@ pub trait Backend: Send + Sync {
 pub trait LinearOps: Backend {
     /// out[n, m] = Σ_k x[n, k] · w[m, k]. x: [num_rows, cols(w)], out: [num_rows, rows(w)].
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, out: &mut Self::Tensor);
+    /// Several products of one input (q/k/v, gate/up): outs[i] = x · ws[i]ᵀ. A fast backend runs
+    /// them as one launch; each output is computed exactly as `linear` computes it.
+    fn linear_multi(&self, x: &Self::Tensor, ws: &[&Self::Weight], outs: &mut [&mut Self::Tensor]) {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.linear(x, w, out);
+        }
+    }
     /// out[n, :] = table[ids[n], :] dequantized. out: [ids.len(), cols(table)].
     fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
     /// out[i, :] = x[rows[i], :].

@@ -155,4 +155,13 @@ impl F32x16 for Avx2 {
         // SAFETY: see the module note (f16c is part of the gate).
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
     }
+    #[inline(always)]
+    fn splat_f16(q: &[u8], at: usize) -> Self {
+        let bits = u16::from_le_bytes([q[at], q[at + 1]]);
+        // SAFETY: see the module note.
+        unsafe {
+            let v = _mm256_cvtph_ps(_mm_set1_epi16(bits as i16));
+            Avx2(v, v)
+        }
+    }
 }

@@ -134,4 +134,21 @@ impl F32x16 for Avx512 {
         // SAFETY: see the module note (f16c is part of the gate).
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
     }
+    #[inline(always)]
+    fn splat_f16(q: &[u8], at: usize) -> Self {
+        let bits = u16::from_le_bytes([q[at], q[at + 1]]);
+        // SAFETY: see the module note.
+        unsafe { Avx512(_mm512_cvtph_ps(_mm256_set1_epi16(bits as i16))) }
+    }
+    #[inline(always)]
+    fn nibbles(q: &[u8]) -> (Self, Self) {
+        assert!(q.len() >= 16);
+        // SAFETY: 16 readable bytes checked above; see the module note.
+        unsafe {
+            let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast()));
+            let lo = _mm512_and_si512(b, _mm512_set1_epi32(0x0F));
+            let hi = _mm512_srli_epi32::<4>(b);
+            (Avx512(_mm512_cvtepi32_ps(lo)), Avx512(_mm512_cvtepi32_ps(hi)))
+        }
+    }
 }

@@ -49,9 +49,7 @@ impl<B: FullBackend> Attention<B> {
         let mut q = b.tensor(n, h * d);
         let mut k = b.tensor(n, kvh * d);
         let mut v = b.tensor(n, kvh * d);
-        b.linear(x, &self.q_proj, &mut q);
-        b.linear(x, &self.k_proj, &mut k);
-        b.linear(x, &self.v_proj, &mut v);
+        b.linear_multi(x, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
         b.rope(&mut q, rope, h, d);
         b.rope(&mut k, rope, kvh, d);
         if let Some(t) = trace {

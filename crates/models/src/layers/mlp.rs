@@ -26,8 +26,7 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         let n = x.rows();
         let mut gate = b.tensor(n, self.gate_proj.rows());
         let mut up = b.tensor(n, self.up_proj.rows());
-        b.linear(x, &self.gate_proj, &mut gate);
-        b.linear(x, &self.up_proj, &mut up);
+        b.linear_multi(x, &[&self.gate_proj, &self.up_proj], &mut [&mut gate, &mut up]);
         let mut act = b.tensor(n, self.gate_proj.rows());
         b.silu_mul(&gate, &up, &mut act);
         if let Some(t) = trace {
