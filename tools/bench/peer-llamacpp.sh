@@ -25,6 +25,7 @@ if [ ! -x "$bin/llama-bench" ]; then
     cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-perplexity >/dev/null
 fi
 
+export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$root"
 cargo build --release -p plumb-cli
 plumb="$root/target/release/plumb"
