@@ -132,6 +132,10 @@ impl Backend for CpuBackend {
         format!("cpu ({:?}, {} threads)", self.isa, self.pool.num_threads())
     }
 
+    fn kind(&self) -> &'static str {
+        "cpu"
+    }
+
     fn supports(&self, ty: GgmlType) -> bool {
         ty.can_dequantize()
     }

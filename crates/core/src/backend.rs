@@ -44,6 +44,8 @@ pub trait Backend: Send + Sync {
     type KvCache: Send;
 
     fn name(&self) -> String;
+    /// The backend's kind as `--backend` and the gate table name it: `cpu`, `ref`, `cuda`.
+    fn kind(&self) -> &'static str;
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;
     fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
@@ -53,6 +55,10 @@ pub trait Backend: Send + Sync {
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
     /// Copies a tensor out, row-major.
     fn download(&self, t: &Self::Tensor) -> Vec<f32>;
+    /// Copies a tensor out in float64 (a float64 backend overrides this to lose nothing).
+    fn download_f64(&self, t: &Self::Tensor) -> Vec<f64> {
+        self.download(t).into_iter().map(f64::from).collect()
+    }
     fn new_kv_cache(&self, spec: &KvSpec) -> Self::KvCache;
 }
 
@@ -109,6 +115,22 @@ pub trait AttentionOps: Backend {
         out: &mut Self::Tensor,
     );
 }
+
+/// Every op of the traits above. The conformance suite must have a case for each (a test checks),
+/// so adding an op here without a case fails the build's tests.
+pub const OPS: [&str; 11] = [
+    "linear",
+    "linear_multi",
+    "embed",
+    "gather_rows",
+    "rms_norm",
+    "add",
+    "silu_mul",
+    "rope_table",
+    "rope",
+    "write_kv",
+    "attention",
+];
 
 /// Everything a Llama-style graph needs.
 pub trait FullBackend: LinearOps + ElementwiseOps + RopeOps + AttentionOps {}

@@ -10,7 +10,7 @@ pub mod dtype;
 pub mod quant;
 
 pub use backend::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, FullBackend, LinearOps, RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, FullBackend, LinearOps, OPS, RopeOps, Shape, WeightSource,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneView};
 pub use bytes::HostBytes;

@@ -1,0 +1,267 @@
+//! plumb-backend-ref: the definition every other backend is held to. Each op is a plain loop,
+//! slow on purpose and obviously right (llm.c's reference style), generic over the float type:
+//! `RefBackend<f64>` is the truth, `RefBackend<f32>` runs the very same loops in float32, and the
+//! distance between the two is the floor a float32 backend is measured against.
+//! Weights are dequantized exactly (`plumb_core::dequantize`) and widened to the float type.
+//! Only `linear` uses threads, splitting outputs (never a sum) so results do not depend on them.
+#![forbid(unsafe_code)]
+
+mod float;
+
+pub use float::RefFloat;
+
+use plumb_core::{
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearOps, RopeOps, Shape,
+    WeightSource, dequantize,
+};
+use std::marker::PhantomData;
+
+/// [rows, cols] row-major values of type `T`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefTensor<T> {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<T>,
+}
+
+impl<T> Shape for RefTensor<T> {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// The paged K/V store: per layer, [num_slots, num_kv_heads · head_dim] for K and for V.
+#[derive(Debug)]
+pub struct RefKvCache<T> {
+    spec: KvSpec,
+    k: Vec<Vec<T>>,
+    v: Vec<Vec<T>>,
+}
+
+/// The reference backend in float type `T`.
+#[derive(Debug)]
+pub struct RefBackend<T> {
+    threads: usize,
+    _float: PhantomData<T>,
+}
+
+impl<T: RefFloat> RefBackend<T> {
+    /// A backend whose `linear` splits outputs over `threads` threads (results do not depend on it).
+    pub fn new(threads: usize) -> Self {
+        RefBackend { threads: threads.max(1), _float: PhantomData }
+    }
+}
+
+impl<T: RefFloat> Backend for RefBackend<T> {
+    type Tensor = RefTensor<T>;
+    type Weight = RefTensor<T>;
+    type KvCache = RefKvCache<T>;
+
+    fn name(&self) -> String {
+        format!("ref ({})", T::NAME)
+    }
+
+    fn kind(&self) -> &'static str {
+        "ref"
+    }
+
+    fn supports(&self, ty: GgmlType) -> bool {
+        ty.can_dequantize()
+    }
+
+    fn load_weight(&self, src: WeightSource) -> Result<RefTensor<T>, BackendError> {
+        let mut f = vec![0f32; src.rows * src.cols];
+        dequantize(src.ty, &src.bytes, &mut f)
+            .map_err(|e| BackendError::BadWeight { name: src.name.clone(), why: e.to_string() })?;
+        Ok(RefTensor { rows: src.rows, cols: src.cols, data: f.into_iter().map(|x| T::from_f64(x as f64)).collect() })
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> RefTensor<T> {
+        RefTensor { rows, cols, data: vec![T::zero(); rows * cols] }
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> RefTensor<T> {
+        assert_eq!(data.len(), rows * cols);
+        RefTensor { rows, cols, data: data.iter().map(|&x| T::from_f64(x as f64)).collect() }
+    }
+
+    fn download(&self, t: &RefTensor<T>) -> Vec<f32> {
+        t.data.iter().map(|x| x.to_f64() as f32).collect()
+    }
+
+    fn download_f64(&self, t: &RefTensor<T>) -> Vec<f64> {
+        t.data.iter().map(|x| x.to_f64()).collect()
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> RefKvCache<T> {
+        let per_layer = spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim;
+        RefKvCache {
+            spec: *spec,
+            k: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
+            v: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
+        }
+    }
+}
+
+/// Σ_k a[k] · b[k], in order.
+fn dot<T: RefFloat>(a: &[T], b: &[T]) -> T {
+    let mut s = T::zero();
+    for (&x, &y) in a.iter().zip(b) {
+        s = s + x * y;
+    }
+    s
+}
+
+impl<T: RefFloat> LinearOps for RefBackend<T> {
+    fn linear(&self, x: &RefTensor<T>, w: &RefTensor<T>, out: &mut RefTensor<T>) {
+        assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear: shape mismatch");
+        let (m, k) = (w.rows, w.cols);
+        let chunk = m.div_ceil(self.threads);
+        // Each thread computes whole output columns m0..m1 for every row; nothing is shared.
+        let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..m)
+                .step_by(chunk.max(1))
+                .map(|m0| {
+                    let m1 = (m0 + chunk).min(m);
+                    scope.spawn(move || {
+                        let mut part = Vec::with_capacity(x.rows * (m1 - m0));
+                        for n in 0..x.rows {
+                            for j in m0..m1 {
+                                part.push(dot(&x.data[n * k..(n + 1) * k], &w.data[j * k..(j + 1) * k]));
+                            }
+                        }
+                        part
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("reference linear thread")).collect()
+        });
+        for (p, part) in parts.iter().enumerate() {
+            let (m0, width) = (p * chunk, part.len() / x.rows.max(1));
+            for n in 0..x.rows {
+                out.data[n * m + m0..n * m + m0 + width].copy_from_slice(&part[n * width..(n + 1) * width]);
+            }
+        }
+    }
+
+    fn embed(&self, ids: &[u32], table: &RefTensor<T>, out: &mut RefTensor<T>) {
+        assert_eq!((out.rows, out.cols), (ids.len(), table.cols), "embed: shape mismatch");
+        for (n, &id) in ids.iter().enumerate() {
+            let c = table.cols;
+            out.data[n * c..(n + 1) * c].copy_from_slice(&table.data[id as usize * c..(id as usize + 1) * c]);
+        }
+    }
+
+    fn gather_rows(&self, x: &RefTensor<T>, rows: &[u32], out: &mut RefTensor<T>) {
+        let c = x.cols;
+        for (i, &r) in rows.iter().enumerate() {
+            out.data[i * c..(i + 1) * c].copy_from_slice(&x.data[r as usize * c..(r as usize + 1) * c]);
+        }
+    }
+}
+
+impl<T: RefFloat> ElementwiseOps for RefBackend<T> {
+    fn rms_norm(&self, x: &RefTensor<T>, weight: &RefTensor<T>, eps: f32, out: &mut RefTensor<T>) {
+        let c = x.cols;
+        assert_eq!(weight.data.len(), c, "rms_norm: weight length");
+        for n in 0..x.rows {
+            let row = &x.data[n * c..(n + 1) * c];
+            let mean = dot(row, row) / T::from_f64(c as f64);
+            let inv = T::one() / (mean + T::from_f64(eps as f64)).sqrt();
+            for j in 0..c {
+                out.data[n * c + j] = row[j] * inv * weight.data[j];
+            }
+        }
+    }
+
+    fn add(&self, acc: &mut RefTensor<T>, x: &RefTensor<T>) {
+        for (a, &b) in acc.data.iter_mut().zip(&x.data) {
+            *a = *a + b;
+        }
+    }
+
+    fn silu_mul(&self, gate: &RefTensor<T>, up: &RefTensor<T>, out: &mut RefTensor<T>) {
+        for ((o, &g), &u) in out.data.iter_mut().zip(&gate.data).zip(&up.data) {
+            *o = g / (T::one() + (T::zero() - g).exp()) * u;
+        }
+    }
+}
+
+impl<T: RefFloat> RopeOps for RefBackend<T> {
+    fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> RefTensor<T> {
+        let half = inv_freq.len();
+        let mut t = self.tensor(positions.len(), 2 * half);
+        for (n, &p) in positions.iter().enumerate() {
+            for (i, &f) in inv_freq.iter().enumerate() {
+                let angle = p as f64 * f;
+                t.data[n * 2 * half + i] = T::from_f64(angle.cos());
+                t.data[n * 2 * half + half + i] = T::from_f64(angle.sin());
+            }
+        }
+        t
+    }
+
+    fn rope(&self, x: &mut RefTensor<T>, table: &RefTensor<T>, num_heads: usize, head_dim: usize) {
+        let half = table.cols / 2;
+        for n in 0..x.rows {
+            for h in 0..num_heads {
+                for i in 0..half {
+                    let (c, s) = (table.data[n * 2 * half + i], table.data[n * 2 * half + half + i]);
+                    let at = n * x.cols + h * head_dim + 2 * i;
+                    let (x0, x1) = (x.data[at], x.data[at + 1]);
+                    x.data[at] = x0 * c - x1 * s;
+                    x.data[at + 1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+impl<T: RefFloat> AttentionOps for RefBackend<T> {
+    fn write_kv(&self, kv: &mut RefKvCache<T>, layer: usize, k: &RefTensor<T>, v: &RefTensor<T>, batch: &ForwardBatch) {
+        let len = kv.spec.num_kv_heads * kv.spec.head_dim;
+        for (r, &slot) in batch.slot_mapping.iter().enumerate() {
+            let at = slot as usize * len;
+            kv.k[layer][at..at + len].copy_from_slice(&k.data[r * len..(r + 1) * len]);
+            kv.v[layer][at..at + len].copy_from_slice(&v.data[r * len..(r + 1) * len]);
+        }
+    }
+
+    fn attention(
+        &self,
+        q: &RefTensor<T>,
+        kv: &RefKvCache<T>,
+        layer: usize,
+        batch: &ForwardBatch,
+        num_heads: usize,
+        scale: f32,
+        out: &mut RefTensor<T>,
+    ) {
+        let (d, kvh) = (kv.spec.head_dim, kv.spec.num_kv_heads);
+        let scale = T::from_f64(scale as f64);
+        for row in 0..batch.num_rows() {
+            let lane = batch.row_lane[row] as usize;
+            let ctx = batch.positions[row] as usize + 1;
+            for h in 0..num_heads {
+                let g = h / (num_heads / kvh);
+                let qh = &q.data[(row * num_heads + h) * d..][..d];
+                let at = |p: usize| (batch.slot(lane, p) * kvh + g) * d;
+                let scores: Vec<T> = (0..ctx).map(|p| dot(qh, &kv.k[layer][at(p)..at(p) + d]) * scale).collect();
+                let max = scores.iter().copied().fold(scores[0], |m, s| if s > m { s } else { m });
+                let exps: Vec<T> = scores.iter().map(|&s| (s - max).exp()).collect();
+                let sum = exps.iter().copied().fold(T::zero(), |a, e| a + e);
+                let oh = &mut out.data[(row * num_heads + h) * d..][..d];
+                oh.fill(T::zero());
+                for (p, &e) in exps.iter().enumerate() {
+                    let w = e / sum;
+                    for (o, &v) in oh.iter_mut().zip(&kv.v[layer][at(p)..at(p) + d]) {
+                        *o = *o + w * v;
+                    }
+                }
+            }
+        }
+    }
+}

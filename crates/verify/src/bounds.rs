@@ -1,0 +1,97 @@
+//! Conformance bounds: one table, each bound with its reason. A float32 backend is compared with
+//! the float64 reference on the same float32 inputs; u = 2⁻²⁴ is float32's unit roundoff.
+
+/// How a case measures error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Metric {
+    /// ‖y − ref‖ / ‖ref‖.
+    Nrms,
+    /// max_j |y_j − ref_j| / Σ_k |x_k · w_jk| — the normwise backward error of a dot product,
+    /// meaningful even when sums cancel.
+    DotBackward,
+    /// Bit-for-bit equality with the reference values rounded to float32.
+    Exact,
+}
+
+/// A bound for one op.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Bound {
+    pub op: &'static str,
+    pub metric: Metric,
+    pub bound: f64,
+    pub reason: &'static str,
+}
+
+const U: f64 = 1.0 / 16_777_216.0;
+
+/// Dot products of length k as a 16-lane FMA chain of k/16 steps then a 4-level tree: the
+/// classic γ bound is (k/16 + 4)·u; one more u for weights the backend rounds once (Q4_1's
+/// fma(q, d, m)); doubled for headroom.
+pub fn dot_bound(k: usize) -> f64 {
+    2.0 * ((k / 16) as f64 + 5.0) * U
+}
+
+/// Every op's bound (linear ones scale with k via [`dot_bound`]).
+pub const BOUNDS: &[Bound] = &[
+    Bound {
+        op: "linear",
+        metric: Metric::DotBackward,
+        bound: 0.0,
+        reason: "dot_bound(k): lane chains of k/16 FMAs, a 4-level tree, one weight rounding, ×2",
+    },
+    Bound {
+        op: "linear_multi",
+        metric: Metric::DotBackward,
+        bound: 0.0,
+        reason: "as linear: each output is computed as linear computes it",
+    },
+    Bound {
+        op: "embed",
+        metric: Metric::Exact,
+        bound: 0.0,
+        reason: "exact dequantization of one row, no arithmetic beyond the format's own",
+    },
+    Bound { op: "gather_rows", metric: Metric::Exact, bound: 0.0, reason: "a copy" },
+    Bound {
+        op: "rms_norm",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "sum of squares ((k/16+4)u relative, halved by the sqrt), a divide, two multiplies: ≈ 6u for k ≤ 2048",
+    },
+    Bound {
+        op: "add",
+        metric: Metric::Nrms,
+        bound: 6e-8,
+        reason: "one correctly rounded add per element: ≤ u even when the operands cancel",
+    },
+    Bound {
+        op: "silu_mul",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "exp to ~2 ulp, an add, a divide, a multiply: ≤ 6u",
+    },
+    Bound {
+        op: "rope_table",
+        metric: Metric::Nrms,
+        bound: 6e-8,
+        reason: "angles and cos/sin in float64, one rounding to float32",
+    },
+    Bound { op: "rope", metric: Metric::Nrms, bound: 2e-7, reason: "two products and a sum per element: ≤ 3u" },
+    Bound {
+        op: "write_kv",
+        metric: Metric::Exact,
+        bound: 0.0,
+        reason: "a copy into the slots the batch names (read back through attention)",
+    },
+    Bound {
+        op: "attention",
+        metric: Metric::Nrms,
+        bound: 4e-6,
+        reason: "q·k chains ((d/16+4)u), exp (~2 ulp), softmax sums over ≤ 64 positions and the V sum: ≈ 60u",
+    },
+];
+
+/// The bound of `op`.
+pub fn bound(op: &str) -> &'static Bound {
+    BOUNDS.iter().find(|b| b.op == op).unwrap_or_else(|| panic!("no conformance bound for op `{op}`"))
+}

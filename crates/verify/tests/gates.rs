@@ -1,0 +1,130 @@
+//! The gates pass on the CPU backend and fail — naming the problem — on injected faults.
+
+#[path = "support/faulty.rs"]
+mod faulty;
+#[path = "support/tiny_model.rs"]
+mod tiny_model;
+
+use faulty::{Fault, Faulty};
+use plumb_backend_cpu::CpuBackend;
+use plumb_checkpoint::GgufFile;
+use plumb_core::{ForwardBatch, FullBackend, LaneView, OPS};
+use plumb_verify::conformance::{CaseResult, run_suite};
+use plumb_verify::gate::{Control, GateBound, run_gate};
+use plumb_verify::residency;
+
+/// A fresh seed per run, printed so a failure can be replayed with PLUMB_SEED.
+fn seed() -> u64 {
+    let seed = std::env::var("PLUMB_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("conformance seed: {seed} (replay with PLUMB_SEED={seed})");
+    seed
+}
+
+fn faulty(fault: Fault) -> Faulty {
+    Faulty { inner: CpuBackend::new(1), fault }
+}
+
+fn failing(results: &[CaseResult]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|r| !r.pass)
+        .map(|r| format!("{} [{}]: {:.3e} > {:.3e}", r.op, r.variant, r.error, r.bound))
+        .collect()
+}
+
+#[test]
+fn cpu_backend_passes_every_conformance_case() {
+    let results = run_suite(&CpuBackend::new(2), seed());
+    for r in &results {
+        eprintln!(
+            "{:<12} {:<48} {:.3e} ≤ {:.3e} {}",
+            r.op,
+            r.variant,
+            r.error,
+            r.bound,
+            if r.pass { "ok" } else { "FAIL" }
+        );
+    }
+    assert!(failing(&results).is_empty(), "{:#?}", failing(&results));
+    for op in OPS {
+        assert!(results.iter().any(|r| r.op == op), "op `{op}` has no conformance case");
+    }
+    assert!(results.iter().all(|r| OPS.contains(&r.op)), "a case names an op missing from plumb_core::OPS");
+}
+
+#[test]
+fn conformance_names_injected_faults() {
+    let rope = failing(&run_suite(&faulty(Fault::RopeOffByOne), seed()));
+    assert!(rope.iter().any(|f| f.starts_with("rope_table")), "{rope:?}");
+    let scale = failing(&run_suite(&faulty(Fault::DroppedBlockScale), seed()));
+    assert!(scale.iter().any(|f| f.starts_with("linear [Q4_1")), "{scale:?}");
+    assert!(scale.iter().any(|f| f.starts_with("linear [Q8_0")), "{scale:?}");
+}
+
+fn controls() -> Vec<Control> {
+    (0..3)
+        .map(|i| Control { name: format!("control {i}"), prompt: vec![1 + i, 5, 9, 3 * i + 7], gen_len: 12 })
+        .collect()
+}
+
+const BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0 };
+
+#[test]
+fn whole_model_gate_passes_on_cpu_and_fails_on_faults() {
+    let path = tiny_model::write(7);
+    let file = GgufFile::open(&path).unwrap();
+    let good = run_gate(&file, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
+    assert!(good.pass, "{:#?}", good.failures);
+    assert!(good.floor_mean > 0.0 && good.nrms_mean > 0.0);
+
+    let rope = run_gate(&file, &faulty(Fault::RopeOffByOne), &controls(), BOUND, 1).unwrap();
+    assert!(!rope.pass);
+    assert!(rope.failures.iter().any(|f| f.contains("logits NRMS vs float64")), "{:#?}", rope.failures);
+
+    let order = run_gate(&file, &faulty(Fault::SummationOrderDependsOnBatch), &controls(), BOUND, 1).unwrap();
+    assert!(order.failures.iter().any(|f| f.contains("batch invariance broken")), "{:#?}", order.failures);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// Generates `n` tokens greedily on `backend` after a warm-up, measuring I/O.
+fn serve<B: FullBackend + 'static>(file: &GgufFile, backend: &B, n: usize) -> residency::ResidencyReport {
+    let model = plumb_models::load_model(file, backend).unwrap();
+    let spec = model.kv_spec(16, 32);
+    let mut kv = backend.new_kv_cache(&spec);
+    let lane = LaneView { block_table: (0..32).collect() };
+    let mut step = |token: u32, pos: usize| {
+        let mut batch = ForwardBatch { block_size: 16, lanes: vec![lane.clone()], ..Default::default() };
+        batch.token_ids.push(token);
+        batch.positions.push(pos as u32);
+        batch.row_lane.push(0);
+        batch.slot_mapping.push(batch.slot(0, pos) as u32);
+        batch.logits_rows.push(0);
+        let logits = backend.download(&model.forward(backend, &batch, &mut kv, None));
+        plumb_sampling_free_argmax(&logits)
+    };
+    let mut token = step(1, 0);
+    residency::measure(n, || {
+        for pos in 1..=n {
+            token = step(token, pos);
+        }
+    })
+}
+
+fn plumb_sampling_free_argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+#[test]
+fn residency_gate_passes_on_cpu_and_catches_file_reads() {
+    let path = tiny_model::write(11);
+    let file = GgufFile::open(&path).unwrap();
+    let good = serve(&file, &CpuBackend::new(1), 64);
+    assert!(good.pass, "{:#?}", good.failures);
+    let leaked: &'static str = Box::leak(path.display().to_string().into_boxed_str());
+    let bad = serve(&file, &faulty(Fault::DiskReadWhileServing(leaked)), 64);
+    assert!(!bad.pass);
+    assert!(bad.failures.iter().any(|f| f.contains("bytes from files")), "{:#?}", bad.failures);
+    std::fs::remove_file(path).unwrap();
+}

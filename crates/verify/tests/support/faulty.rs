@@ -1,0 +1,140 @@
+//! A backend with one injected fault, wrapping the CPU backend: each fault is a mistake the
+//! gates must catch and name.
+#![allow(dead_code)]
+
+use plumb_backend_cpu::{CpuBackend, CpuKvCache, CpuTensor, CpuWeight};
+use plumb_core::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// RoPE rotates every position after the first one step too far. (Shifting every position
+    /// alike would be harmless: attention only sees relative positions.)
+    RopeOffByOne,
+    /// The first block of every Q4_1 / Q8_0 weight loses its scale (reads as zero).
+    DroppedBlockScale,
+    /// Multi-row `linear` sums each dot product in plain sequential order, unlike one-row steps.
+    SummationOrderDependsOnBatch,
+    /// Every `linear` reads the model file from disk.
+    DiskReadWhileServing(&'static str),
+}
+
+#[derive(Debug)]
+pub struct Faulty {
+    pub inner: CpuBackend,
+    pub fault: Fault,
+}
+
+impl Backend for Faulty {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+    fn name(&self) -> String {
+        format!("faulty {:?}", self.fault)
+    }
+    fn kind(&self) -> &'static str {
+        "cpu"
+    }
+    fn supports(&self, ty: GgmlType) -> bool {
+        self.inner.supports(ty)
+    }
+    fn load_weight(&self, mut src: WeightSource) -> Result<CpuWeight, BackendError> {
+        if self.fault == Fault::DroppedBlockScale && matches!(src.ty, GgmlType::Q4_1 | GgmlType::Q8_0) && src.rows > 1 {
+            let mut bytes = src.bytes.to_vec();
+            bytes[0] = 0;
+            bytes[1] = 0;
+            src.bytes = HostBytes::from_vec(bytes);
+        }
+        self.inner.load_weight(src)
+    }
+    fn tensor(&self, rows: usize, cols: usize) -> CpuTensor {
+        self.inner.tensor(rows, cols)
+    }
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
+        self.inner.upload(data, rows, cols)
+    }
+    fn download(&self, t: &CpuTensor) -> Vec<f32> {
+        self.inner.download(t)
+    }
+    fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
+        self.inner.new_kv_cache(spec)
+    }
+}
+
+impl LinearOps for Faulty {
+    fn linear(&self, x: &CpuTensor, w: &CpuWeight, out: &mut CpuTensor) {
+        if let Fault::DiskReadWhileServing(path) = self.fault {
+            let _ = std::fs::read(path);
+        }
+        if self.fault == Fault::SummationOrderDependsOnBatch && x.rows > 1 {
+            // Recover wᵀ exactly (each output of I·wᵀ has one non-zero term), then sum in plain order.
+            let (k, m) = (w.cols, w.rows);
+            let mut eye = vec![0f32; k * k];
+            for i in 0..k {
+                eye[i * k + i] = 1.0;
+            }
+            let mut wt = self.inner.tensor(k, m);
+            self.inner.linear(&self.inner.upload(&eye, k, k), w, &mut wt);
+            for n in 0..x.rows {
+                for j in 0..m {
+                    let mut s = 0f32;
+                    for i in 0..k {
+                        s += x.data[n * k + i] * wt.data[i * m + j];
+                    }
+                    out.data[n * m + j] = s;
+                }
+            }
+            return;
+        }
+        self.inner.linear(x, w, out)
+    }
+    fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {
+        self.inner.embed(ids, table, out)
+    }
+    fn gather_rows(&self, x: &CpuTensor, rows: &[u32], out: &mut CpuTensor) {
+        self.inner.gather_rows(x, rows, out)
+    }
+}
+
+impl ElementwiseOps for Faulty {
+    fn rms_norm(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32, out: &mut CpuTensor) {
+        self.inner.rms_norm(x, weight, eps, out)
+    }
+    fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
+        self.inner.add(acc, x)
+    }
+    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
+        self.inner.silu_mul(gate, up, out)
+    }
+}
+
+impl RopeOps for Faulty {
+    fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> CpuTensor {
+        if self.fault == Fault::RopeOffByOne {
+            let shifted: Vec<u32> = positions.iter().map(|&p| if p > 0 { p + 1 } else { p }).collect();
+            return self.inner.rope_table(&shifted, inv_freq);
+        }
+        self.inner.rope_table(positions, inv_freq)
+    }
+    fn rope(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
+        self.inner.rope(x, table, num_heads, head_dim)
+    }
+}
+
+impl AttentionOps for Faulty {
+    fn write_kv(&self, kv: &mut CpuKvCache, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &ForwardBatch) {
+        self.inner.write_kv(kv, layer, k, v, batch)
+    }
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        kv: &CpuKvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        num_heads: usize,
+        scale: f32,
+        out: &mut CpuTensor,
+    ) {
+        self.inner.attention(q, kv, layer, batch, num_heads, scale, out)
+    }
+}
