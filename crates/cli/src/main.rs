@@ -2,6 +2,7 @@
 //! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
 
 mod bench;
+mod check;
 mod inspect;
 mod perplexity;
 mod progress;
@@ -52,6 +53,8 @@ enum Command {
     },
     /// Measure prefill and decode speed (median of runs) and write a receipt.
     Bench(bench::BenchArgs),
+    /// Run the conformance suite, the whole-model gate and the residency gate; write a receipt.
+    Check(check::CheckArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
     /// Show a model's architecture, hyper-parameters, tensors and tokenizer.
@@ -97,6 +100,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chat { model, sample, system } => run::chat(&model, &sample, system.as_deref()),
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
+        Command::Check(args) => check::run(&args),
     }
 }
 

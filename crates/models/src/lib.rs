@@ -11,7 +11,7 @@ pub mod registry;
 use plumb_checkpoint::ModelConfig;
 use plumb_core::{Backend, ForwardBatch, KvSpec};
 
-pub use registry::{ModelError, load_model};
+pub use registry::{ModelError, load_model, load_model_with};
 
 /// Receives named intermediates (`"attn_norm"`, layer 3, tensor) for comparison with a reference.
 pub type Trace<'a, B> = &'a mut dyn FnMut(&str, Option<usize>, &<B as Backend>::Tensor);

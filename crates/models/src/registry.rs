@@ -15,6 +15,12 @@ pub enum ModelError {
     MissingTensor(String),
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
     WrongShape { name: String, expected: (usize, usize), actual: (usize, usize) },
+    #[error(
+        "the `{family}` family has not passed its whole-model gate on the `{backend}` backend, so plumb \
+         refuses to run it there. Run `plumb check --backend {backend}` to gate it, or set \
+         PLUMB_EXPERIMENTAL={family} to run it anyway"
+    )]
+    GateNotPassed { family: String, backend: String },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -32,12 +38,43 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
     }
 }
 
-/// Loads the model in `file` onto `backend`.
+/// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
+/// backend. The reference backend needs no entry: it is the definition the gates compare with.
+pub const GATES_PASSED: &[(&str, &str, &str)] = &[("llama", "cpu", "receipts/check-cpu-smollm2.json")];
+
+/// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
+/// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
+pub fn check_gate(family: &str, backend_kind: &str, experimental: &str) -> Result<(), ModelError> {
+    let passed = backend_kind == "ref" || GATES_PASSED.iter().any(|&(f, b, _)| f == family && b == backend_kind);
+    let opted_in = experimental.split(',').map(str::trim).any(|e| e == family || e == "all");
+    if passed || opted_in {
+        return Ok(());
+    }
+    Err(ModelError::GateNotPassed { family: family.into(), backend: backend_kind.into() })
+}
+
+/// Loads the model in `file` onto `backend`, refusing (before any weight is read) a family that
+/// has not passed its gate there unless `PLUMB_EXPERIMENTAL` names it.
 pub fn load_model<B: FullBackend + 'static>(file: &GgufFile, backend: &B) -> Result<Box<dyn CausalLm<B>>, ModelError> {
+    let experimental = std::env::var("PLUMB_EXPERIMENTAL").unwrap_or_default();
+    load_model_with(file, backend, Some(&experimental))
+}
+
+/// [`load_model`] with the opt-in list given explicitly; `None` skips the gate check (used by
+/// the gate itself, which must run ungated families).
+pub fn load_model_with<B: FullBackend + 'static>(
+    file: &GgufFile,
+    backend: &B,
+    experimental: Option<&str>,
+) -> Result<Box<dyn CausalLm<B>>, ModelError> {
     let config = ModelConfig::from_gguf(file)?;
+    let family = family_of(&config.architecture).ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
+    if let Some(experimental) = experimental {
+        check_gate(family, backend.kind(), experimental)?;
+    }
     let loader = WeightLoader { file, backend };
-    match family_of(&config.architecture) {
-        Some("llama") => Ok(Box::new(Llama::load(&loader, config)?)),
+    match family {
+        "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

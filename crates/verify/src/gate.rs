@@ -73,7 +73,7 @@ struct Runner<'a, B: FullBackend> {
 
 impl<'a, B: FullBackend + 'static> Runner<'a, B> {
     fn new(file: &GgufFile, backend: &'a B, max_len: usize) -> Result<Self, ModelError> {
-        let model = plumb_models::load_model(file, backend)?;
+        let model = plumb_models::load_model_with(file, backend, None)?;
         let block_size = 16;
         let kv = backend.new_kv_cache(&model.kv_spec(block_size, max_len.div_ceil(block_size)));
         Ok(Runner { backend, model, kv, block_size, max_len })

@@ -12,6 +12,12 @@ pub struct IoCounters {
 
 /// Reads the counters (zeros where /proc is unavailable).
 pub fn counters() -> IoCounters {
+    counters_and_cost().0
+}
+
+/// The counters, and the bytes reading them added to `rchar` after the snapshot was taken
+/// (the snapshot of /proc/self/io excludes its own read; the read of /proc/self/stat follows it).
+fn counters_and_cost() -> (IoCounters, u64) {
     let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     let field =
         |name: &str| io.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
@@ -19,7 +25,8 @@ pub fn counters() -> IoCounters {
     // Fields after the parenthesized command name; majflt is field 12 overall.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let major_faults = after.split_whitespace().nth(9).and_then(|v| v.parse().ok()).unwrap_or(0);
-    IoCounters { rchar: field("rchar:"), read_bytes: field("read_bytes:"), major_faults }
+    let cost = (io.len() + stat.len()) as u64;
+    (IoCounters { rchar: field("rchar:"), read_bytes: field("read_bytes:"), major_faults }, cost)
 }
 
 /// What serving cost in I/O, with the cost of reading the counters themselves removed.
@@ -35,14 +42,12 @@ pub struct ResidencyReport {
 
 /// Measures `serve` (which generates `tokens` tokens) and judges it.
 pub fn measure(tokens: usize, serve: impl FnOnce()) -> ResidencyReport {
-    // Reading /proc/self/io and /proc/self/stat shows up in rchar: measure that cost once.
-    let a = counters();
-    let b = counters();
-    let overhead = b.rchar - a.rchar;
-    let before = counters();
+    // Reading /proc/self/io and /proc/self/stat shows up in rchar: subtract exactly what the
+    // first snapshot read.
+    let (before, cost) = counters_and_cost();
     serve();
     let after = counters();
-    let file_bytes_read = (after.rchar - before.rchar).saturating_sub(overhead);
+    let file_bytes_read = (after.rchar - before.rchar).saturating_sub(cost);
     let storage_bytes_read = after.read_bytes - before.read_bytes;
     let major_faults = after.major_faults - before.major_faults;
     let mut failures = Vec::new();

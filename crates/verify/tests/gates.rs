@@ -128,3 +128,45 @@ fn residency_gate_passes_on_cpu_and_catches_file_reads() {
     assert!(bad.failures.iter().any(|f| f.contains("bytes from files")), "{:#?}", bad.failures);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn ungated_family_is_refused_before_any_weight_is_read() {
+    use plumb_checkpoint::MetaValue;
+    use plumb_checkpoint::gguf::writer::GgufWriter;
+    // Hyper-parameters only: loading any weight would fail with "missing tensor".
+    let mut w = GgufWriter::new();
+    for (k, v) in [("block_count", 1u32), ("context_length", 64), ("embedding_length", 64), ("feed_forward_length", 64)] {
+        w.meta(&format!("llama.{k}"), MetaValue::U32(v));
+    }
+    w.meta("general.architecture", MetaValue::String("llama".into()))
+        .meta("llama.attention.head_count", MetaValue::U32(4))
+        .meta("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5))
+        .meta("llama.vocab_size", MetaValue::U32(32));
+    let path = std::env::temp_dir().join(format!("plumb-ungated-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let cuda_like = Faulty { inner: CpuBackend::new(1), fault: Fault::PretendKind("cuda") };
+    let err = plumb_models::load_model_with(&file, &cuda_like, Some("")).err().expect("refused").to_string();
+    assert!(err.contains("has not passed its whole-model gate on the `cuda` backend"), "{err}");
+    assert!(err.contains("PLUMB_EXPERIMENTAL=llama"), "{err}");
+    // Opting in gets past the gate, to the weights (which this file lacks).
+    let err = plumb_models::load_model_with(&file, &cuda_like, Some("qwen2, llama")).err().expect("no weights").to_string();
+    assert!(err.contains("missing"), "{err}");
+    // The gated pair loads without opting in (again failing only at the weights).
+    let err = plumb_models::load_model_with(&file, &CpuBackend::new(1), Some("")).err().expect("no weights").to_string();
+    assert!(err.contains("missing"), "{err}");
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn gate_table_matches_the_committed_receipts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (family, backend, receipt) in plumb_models::registry::GATES_PASSED {
+        let text = std::fs::read_to_string(root.join(receipt)).unwrap_or_else(|_| panic!("{receipt} is missing"));
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(r["figures"]["family"], *family, "{receipt}");
+        assert_eq!(r["figures"]["backend_kind"], *backend, "{receipt}");
+        assert_eq!(r["figures"]["pass"], true, "{receipt} records a failing check");
+        assert_eq!(r["evidence_origin"], "current_invocation");
+    }
+}

@@ -17,6 +17,8 @@ pub enum Fault {
     SummationOrderDependsOnBatch,
     /// Every `linear` reads the model file from disk.
     DiskReadWhileServing(&'static str),
+    /// No fault, but the backend calls itself another kind (to test gate refusal).
+    PretendKind(&'static str),
 }
 
 #[derive(Debug)]
@@ -33,7 +35,10 @@ impl Backend for Faulty {
         format!("faulty {:?}", self.fault)
     }
     fn kind(&self) -> &'static str {
-        "cpu"
+        match self.fault {
+            Fault::PretendKind(kind) => kind,
+            _ => "cpu",
+        }
     }
     fn supports(&self, ty: GgmlType) -> bool {
         self.inner.supports(ty)

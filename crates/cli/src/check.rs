@@ -1,0 +1,169 @@
+//! `plumb check`: the conformance suite, the whole-model gate and the residency gate for a model
+//! on a backend, printed as tables and written as a receipt.
+
+use crate::receipt;
+use crate::session::{ModelArgs, Session};
+use anyhow::{Result, bail};
+use plumb_backend_cpu::CpuBackend;
+use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_engine::Request;
+use plumb_sampling::SamplingParams;
+use plumb_verify::conformance::run_suite;
+use plumb_verify::gate::{Control, GateBound, run_gate};
+use plumb_verify::residency;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The backend to check (only `cpu` exists so far).
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// Two short controls instead of eight plus a 512-token one (a smoke test, not a gate).
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed of the conformance inputs (default: from the clock; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Where to write the receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
+}
+
+/// The gate's controls: the prompts of the transformers fixtures (fixtures/smollm2), so the
+/// figures can be compared with the outside reference, each continued for 64 tokens, and one
+/// long control of 512 tokens.
+const PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "In 1969, 3 astronauts flew 384,400 km; 12 men walked on the Moon between 1969 and 1972. 7 x 8 =",
+    "La tour Eiffel a été construite en 1889 pour l'Exposition universelle. Elle mesure",
+    "Once upon a time, in a small village by the sea,",
+    "Ingredients:\n- 2 cups flour\n- 1 tsp salt\n\nSteps:\n1.",
+    "Q: Why is the sky blue?\nA:",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+];
+const LONG_CONTROL: &str = "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg \
+combined movable metal type, oil-based inks and a wooden screw press into a practical system for producing books. Within \
+fifty years, printing shops had spread across Europe, the price of a book had fallen sharply, and ordinary merchants could \
+afford to own one. As a result,";
+
+/// The CPU backend computes in float32 like the floor's reference chain but in its own fixed
+/// order; measured it sits at about half the floor. 4× the floor allows any order of equal
+/// quality while staying orders of magnitude below bf16 (2e-2) or 8-bit activations (3.7e-2);
+/// no allowance for quantized activations, since the CPU backend uses none.
+const CPU_BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0 };
+
+pub fn run(args: &CheckArgs) -> Result<()> {
+    if args.backend != "cpu" {
+        bail!("backend `{}` is not available; plumb check supports: cpu", args.backend);
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    let mut session = Session::open(&args.model, 256)?;
+    let threads = session.engine.backend().num_threads();
+    let cpu = CpuBackend::new(threads);
+
+    println!("== conformance: every op and weight format vs float64 (seed {seed}) ==");
+    let cases = run_suite(&cpu, seed);
+    for c in &cases {
+        println!("{:<13} {:<46} {:>10.3e} ≤ {:<10.3e} {}", c.op, c.variant, c.error, c.bound, if c.pass { "pass" } else { "FAIL" });
+    }
+    let conformance_pass = cases.iter().all(|c| c.pass);
+
+    println!("\n== whole-model gate: {} on {} vs float64 ==", session.path.display(), plumb_core::Backend::name(&cpu));
+    let (prompts, gen_len, long): (&[&str], usize, bool) = if args.quick { (&PROMPTS[..2], 16, false) } else { (&PROMPTS, 64, true) };
+    let mut controls: Vec<Control> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Control { name: format!("prompt {i}"), prompt: session.tokenizer.encode(p, true, true), gen_len })
+        .collect();
+    if long {
+        controls.push(Control { name: "long control".into(), prompt: session.tokenizer.encode(LONG_CONTROL, true, true), gen_len: 512 });
+    }
+    let file = GgufFile::open(&session.path)?;
+    let gate = run_gate(&file, &cpu, &controls, CPU_BOUND, threads)?;
+    println!("{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  invariant", "control", "tokens", "nrms mean", "nrms max", "floor mean", "floor max");
+    for c in &gate.controls {
+        println!(
+            "{:<14} {:>6} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}  {:<7} {}",
+            c.name,
+            c.prompt_len + c.gen_len,
+            c.nrms_mean,
+            c.nrms_max,
+            c.floor_mean,
+            c.floor_max,
+            if c.greedy_agrees { "agrees" } else { "DIFFERS" },
+            if c.invariant { "exact" } else { "BROKEN" }
+        );
+    }
+    println!(
+        "all: NRMS mean {:.3e} (bound {:.3e}), worst {:.3e} (bound {:.3e}); floor mean {:.3e}, worst {:.3e}",
+        gate.nrms_mean,
+        CPU_BOUND.floor_multiple * gate.floor_mean,
+        gate.nrms_worst,
+        CPU_BOUND.floor_multiple * gate.floor_worst,
+        gate.floor_mean,
+        gate.floor_worst
+    );
+
+    println!("\n== residency gate: no file reads or major faults while serving ==");
+    let warm = Request { prompt: session.tokenizer.encode("Hello", false, false), params: SamplingParams::greedy(), max_tokens: 8, stop_ids: vec![] };
+    generate(&mut session, warm);
+    let prompt = session.tokenizer.encode(LONG_CONTROL, false, false);
+    let serve = Request { prompt, params: SamplingParams::greedy(), max_tokens: 256, stop_ids: vec![] };
+    let res = residency::measure(256, || generate(&mut session, serve));
+    println!(
+        "256 tokens: {} bytes read from files, {} from storage, {} major faults: {}",
+        res.file_bytes_read,
+        res.storage_bytes_read,
+        res.major_faults,
+        if res.pass { "pass" } else { "FAIL" }
+    );
+
+    let pass = conformance_pass && gate.pass && res.pass;
+    let mut failures: Vec<String> = cases.iter().filter(|c| !c.pass).map(|c| format!("conformance {} [{}]: {:.3e} > {:.3e}", c.op, c.variant, c.error, c.bound)).collect();
+    failures.extend(gate.failures.iter().cloned());
+    failures.extend(res.failures.iter().cloned());
+    let family = plumb_models::registry::family_of(&session.engine.model().config().architecture).unwrap_or("unknown");
+    let figures = json!({
+        "family": family,
+        "backend_kind": "cpu",
+        "backend": plumb_core::Backend::name(&cpu),
+        "quick": args.quick,
+        "conformance_seed": seed,
+        "conformance": cases,
+        "gate": gate,
+        "residency": res,
+        "pass": pass,
+        "failures": failures,
+    });
+    let sha = sha256_file(&session.path, &NoProgress)?;
+    let r = receipt::envelope("check", &session.path, &sha, figures);
+    let path = match &args.receipt {
+        Some(p) => p.clone(),
+        None => plumb_checkpoint::source::plumb_home()?.join("receipts").join(format!("check-{}.json", args.backend)),
+    };
+    receipt::write(&path, &r)?;
+    println!("\nreceipt written to {}", path.display());
+    if !pass {
+        for f in &failures {
+            eprintln!("FAILED: {f}");
+        }
+        bail!("plumb check failed ({} problems)", failures.len());
+    }
+    println!("plumb check passed");
+    Ok(())
+}
+
+fn generate(s: &mut Session, req: Request) {
+    if s.engine.add_request(req).is_ok() {
+        while s.engine.has_work() {
+            s.engine.step();
+        }
+    }
+}
