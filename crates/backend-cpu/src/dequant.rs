@@ -18,12 +18,12 @@ pub(crate) fn dequant_row_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mu
                 *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
-        GgmlType::F16 if out.len() % 16 == 0 => {
+        GgmlType::F16 if out.len().is_multiple_of(16) => {
             for (o, b) in out.chunks_exact_mut(16).zip(bytes.chunks_exact(32)) {
                 S::from_f16(b).store(o);
             }
         }
-        GgmlType::BF16 if out.len() % 16 == 0 => {
+        GgmlType::BF16 if out.len().is_multiple_of(16) => {
             for (o, b) in out.chunks_exact_mut(16).zip(bytes.chunks_exact(32)) {
                 S::from_bf16(b).store(o);
             }
@@ -65,6 +65,39 @@ pub(crate) fn dequant_row_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mu
                             S::from_nibbles::<true>(&qs[half * 16..])
                         };
                         q.mul(dl).sub(ml).store(&mut o[sub * 32 + half * 16..]);
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(210)) {
+                let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
+                let d = S::f16_scalar(b, 208);
+                let thirty_two = S::splat(32.0);
+                let sixteen = S::splat(16.0);
+                for half in 0..2 {
+                    for quarter in 0..4 {
+                        for part in 0..2 {
+                            let l = part * 16;
+                            let lo_src = &ql[half * 64 + (quarter % 2) * 32 + l..];
+                            let lo = if quarter < 2 {
+                                S::from_nibbles::<false>(lo_src)
+                            } else {
+                                S::from_nibbles::<true>(lo_src)
+                            };
+                            let hi_src = &qh[half * 32 + l..];
+                            let hi = match quarter {
+                                0 => S::from_bits2::<0>(hi_src),
+                                1 => S::from_bits2::<2>(hi_src),
+                                2 => S::from_bits2::<4>(hi_src),
+                                _ => S::from_bits2::<6>(hi_src),
+                            };
+                            // q = (lo | hi << 4) - 32, exact in f32; then (d · scale) · q as the reference.
+                            let q = hi.fma(sixteen, lo).sub(thirty_two);
+                            let idx = half * 128 + quarter * 32 + l;
+                            let dl = S::splat(d * (scales[idx / 16] as i8) as f32);
+                            dl.mul(q).store(&mut o[idx..]);
+                        }
                     }
                 }
             }

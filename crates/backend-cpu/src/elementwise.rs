@@ -66,13 +66,8 @@ fn silu_mul_lanes<S: F32x16>(g: S, u: S) -> S {
     g.div(S::splat(1.0).add(e)).mul(u)
 }
 
-simd_dispatch! {
-    /// acc += x.
-    pub fn add_into(acc: &mut [f32], x: &[f32]) => add_kernel
-}
-
-#[inline(always)]
-fn add_kernel<S: F32x16>(acc: &mut [f32], x: &[f32]) {
+/// acc += x (one rounding per element; the compiler vectorizes it).
+pub fn add_into(acc: &mut [f32], x: &[f32]) {
     for (a, b) in acc.iter_mut().zip(x) {
         *a += *b;
     }

@@ -157,7 +157,7 @@ impl Backend for CpuBackend {
             dequant::dequant_row(self.isa, src.ty, &src.bytes, &mut v);
             Some(v)
         } else {
-            if src.cols % simd::LANES != 0 {
+            if !src.cols.is_multiple_of(simd::LANES) {
                 return Err(bad(format!("row length {} is not a multiple of {}", src.cols, simd::LANES)));
             }
             None
@@ -242,7 +242,7 @@ impl ElementwiseOps for CpuBackend {
 
     fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
         assert_eq!((acc.rows, acc.cols), (x.rows, x.cols));
-        elementwise::add_into(self.isa, &mut acc.data, &x.data);
+        elementwise::add_into(&mut acc.data, &x.data);
     }
 
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {

@@ -62,7 +62,7 @@ fn linear_part_kernel<S: F32x16>(
     // Only the tiled path needs the f32 tile; decode steps skip the allocation.
     let mut tile = Vec::new();
     let tiled = num_rows >= FUSED_MAX_ROWS || !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
-    if tiled || (m_end - m_start) % TILE_M != 0 {
+    if tiled || !(m_end - m_start).is_multiple_of(TILE_M) {
         tile = vec![0f32; TILE_M * k];
     }
     for rb in (0..num_rows).step_by(ROW_BLOCK) {

@@ -118,7 +118,7 @@ fn worker(shared: &Shared, idx: usize) {
                 break e;
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 shared.sleepers.lock().unwrap_or_else(|e| e.into_inner())[idx] = Some(thread::current());
                 if shared.epoch.load(Ordering::Acquire) == seen && !shared.shutdown.load(Ordering::Relaxed) {
                     thread::park_timeout(Duration::from_millis(50));

@@ -88,6 +88,14 @@ pub trait F32x16: Copy {
     fn splat_f16(q: &[u8], at: usize) -> Self {
         Self::splat(Self::f16_scalar(q, at))
     }
+    /// Lanes from the 2-bit field at bit `SHIFT` of 16 bytes, as unsigned integers.
+    fn from_bits2<const SHIFT: u32>(q: &[u8]) -> Self {
+        let mut lanes = [0f32; 16];
+        for (l, &b) in lanes.iter_mut().zip(&q[..16]) {
+            *l = ((b >> SHIFT) & 3) as f32;
+        }
+        Self::load(&lanes)
+    }
     /// Both nibble halves of 16 bytes: (low nibbles, high nibbles), as `from_nibbles` gives them.
     fn nibbles(q: &[u8]) -> (Self, Self) {
         (Self::from_nibbles::<false>(q), Self::from_nibbles::<true>(q))

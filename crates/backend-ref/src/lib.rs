@@ -171,8 +171,8 @@ impl<T: RefFloat> ElementwiseOps for RefBackend<T> {
             let row = &x.data[n * c..(n + 1) * c];
             let mean = dot(row, row) / T::from_f64(c as f64);
             let inv = T::one() / (mean + T::from_f64(eps as f64)).sqrt();
-            for j in 0..c {
-                out.data[n * c + j] = row[j] * inv * weight.data[j];
+            for ((o, &v), &w) in out.data[n * c..(n + 1) * c].iter_mut().zip(row).zip(&weight.data) {
+                *o = v * inv * w;
             }
         }
     }

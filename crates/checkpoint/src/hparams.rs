@@ -191,13 +191,13 @@ impl ModelConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(format!(
                 "{} attention heads cannot be grouped over {} KV heads",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
             return Err(format!("rotary dimension {} does not fit head_dim {}", self.rope_dim, self.head_dim));
         }
         if !(self.rms_norm_eps > 0.0 && self.rope_theta > 0.0) {

@@ -69,7 +69,7 @@ proptest! {
             }
         }
         let n = CASES.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % 1000 == 0 {
+        if n.is_multiple_of(1000) {
             eprintln!("gguf_fuzz: {n} mutated files read");
         }
     }

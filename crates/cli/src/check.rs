@@ -71,23 +71,38 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     println!("== conformance: every op and weight format vs float64 (seed {seed}) ==");
     let cases = run_suite(&cpu, seed);
     for c in &cases {
-        println!("{:<13} {:<46} {:>10.3e} ≤ {:<10.3e} {}", c.op, c.variant, c.error, c.bound, if c.pass { "pass" } else { "FAIL" });
+        println!(
+            "{:<13} {:<46} {:>10.3e} ≤ {:<10.3e} {}",
+            c.op,
+            c.variant,
+            c.error,
+            c.bound,
+            if c.pass { "pass" } else { "FAIL" }
+        );
     }
     let conformance_pass = cases.iter().all(|c| c.pass);
 
     println!("\n== whole-model gate: {} on {} vs float64 ==", session.path.display(), plumb_core::Backend::name(&cpu));
-    let (prompts, gen_len, long): (&[&str], usize, bool) = if args.quick { (&PROMPTS[..2], 16, false) } else { (&PROMPTS, 64, true) };
+    let (prompts, gen_len, long): (&[&str], usize, bool) =
+        if args.quick { (&PROMPTS[..2], 16, false) } else { (&PROMPTS, 64, true) };
     let mut controls: Vec<Control> = prompts
         .iter()
         .enumerate()
         .map(|(i, p)| Control { name: format!("prompt {i}"), prompt: session.tokenizer.encode(p, true, true), gen_len })
         .collect();
     if long {
-        controls.push(Control { name: "long control".into(), prompt: session.tokenizer.encode(LONG_CONTROL, true, true), gen_len: 512 });
+        controls.push(Control {
+            name: "long control".into(),
+            prompt: session.tokenizer.encode(LONG_CONTROL, true, true),
+            gen_len: 512,
+        });
     }
     let file = GgufFile::open(&session.path)?;
     let gate = run_gate(&file, &cpu, &controls, CPU_BOUND, threads)?;
-    println!("{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  invariant", "control", "tokens", "nrms mean", "nrms max", "floor mean", "floor max");
+    println!(
+        "{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  invariant",
+        "control", "tokens", "nrms mean", "nrms max", "floor mean", "floor max"
+    );
     for c in &gate.controls {
         println!(
             "{:<14} {:>6} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}  {:<7} {}",
@@ -112,7 +127,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     );
 
     println!("\n== residency gate: no file reads or major faults while serving ==");
-    let warm = Request { prompt: session.tokenizer.encode("Hello", false, false), params: SamplingParams::greedy(), max_tokens: 8, stop_ids: vec![] };
+    let warm = Request {
+        prompt: session.tokenizer.encode("Hello", false, false),
+        params: SamplingParams::greedy(),
+        max_tokens: 8,
+        stop_ids: vec![],
+    };
     generate(&mut session, warm);
     let prompt = session.tokenizer.encode(LONG_CONTROL, false, false);
     let serve = Request { prompt, params: SamplingParams::greedy(), max_tokens: 256, stop_ids: vec![] };
@@ -126,7 +146,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     );
 
     let pass = conformance_pass && gate.pass && res.pass;
-    let mut failures: Vec<String> = cases.iter().filter(|c| !c.pass).map(|c| format!("conformance {} [{}]: {:.3e} > {:.3e}", c.op, c.variant, c.error, c.bound)).collect();
+    let mut failures: Vec<String> = cases
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("conformance {} [{}]: {:.3e} > {:.3e}", c.op, c.variant, c.error, c.bound))
+        .collect();
     failures.extend(gate.failures.iter().cloned());
     failures.extend(res.failures.iter().cloned());
     let family = plumb_models::registry::family_of(&session.engine.model().config().architecture).unwrap_or("unknown");

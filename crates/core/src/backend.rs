@@ -104,6 +104,7 @@ pub trait AttentionOps: Backend {
     fn write_kv(&self, kv: &mut Self::KvCache, layer: usize, k: &Self::Tensor, v: &Self::Tensor, batch: &ForwardBatch);
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
     /// q: [num_rows, num_heads · head_dim] → out: same shape.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: &Self::Tensor,

@@ -171,7 +171,7 @@ impl GgmlType {
     /// blocks, the geometry is unknown, or the size overflows.
     pub fn bytes_for(self, num_elems: u64) -> Option<u64> {
         let info = self.info()?;
-        if num_elems % info.block_elems as u64 != 0 {
+        if !num_elems.is_multiple_of(info.block_elems as u64) {
             return None;
         }
         (num_elems / info.block_elems as u64).checked_mul(info.block_bytes as u64)

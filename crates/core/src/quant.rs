@@ -26,7 +26,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         _ => return Err(QuantError::UnsupportedType(ty)),
     };
     let num_elems = dst.len();
-    if num_elems % info.block_elems != 0 {
+    if !num_elems.is_multiple_of(info.block_elems) {
         return Err(QuantError::PartialBlock { ty, num_elems, block_elems: info.block_elems });
     }
     let expected = num_elems / info.block_elems * info.block_bytes;

@@ -33,8 +33,8 @@ impl<B: FullBackend> Engine<B> {
             let end = (start + config.max_batch_tokens).min(tokens.len());
             let mut batch =
                 ForwardBatch { block_size: config.block_size, lanes: vec![lane.clone()], ..Default::default() };
-            for pos in start..end {
-                batch.token_ids.push(tokens[pos]);
+            for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
+                batch.token_ids.push(token);
                 batch.positions.push(pos as u32);
                 batch.row_lane.push(0);
                 batch.slot_mapping.push(batch.slot(0, pos) as u32);

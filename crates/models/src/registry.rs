@@ -68,7 +68,8 @@ pub fn load_model_with<B: FullBackend + 'static>(
     experimental: Option<&str>,
 ) -> Result<Box<dyn CausalLm<B>>, ModelError> {
     let config = ModelConfig::from_gguf(file)?;
-    let family = family_of(&config.architecture).ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
+    let family = family_of(&config.architecture)
+        .ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental)?;
     }

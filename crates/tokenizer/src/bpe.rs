@@ -102,10 +102,10 @@ impl ByteLevelBpe {
                 }
             }
             let p = syms[left].prev;
-            if p < syms.len() {
-                if let Some(&(r, id)) = self.merges.get(&(syms[p].id, merged)) {
-                    queue.push(Reverse((r, p, id)));
-                }
+            if p < syms.len()
+                && let Some(&(r, id)) = self.merges.get(&(syms[p].id, merged))
+            {
+                queue.push(Reverse((r, p, id)));
             }
         }
         out.extend(syms.iter().filter(|s| s.len > 0).map(|s| s.id));

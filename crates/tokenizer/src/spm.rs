@@ -41,12 +41,11 @@ impl SentencePiece {
     pub fn new(spec: &TokenizerSpec, token_to_id: &HashMap<&str, TokenId>) -> Self {
         let mut byte_ids = [None; 256];
         for (id, text) in spec.tokens.iter().enumerate() {
-            if spec.token_type(id as TokenId) == TokenType::Byte {
-                if let Some(b) = text.strip_prefix("<0x").and_then(|t| t.strip_suffix('>')) {
-                    if let Ok(b) = u8::from_str_radix(b, 16) {
-                        byte_ids[b as usize] = Some(id as TokenId);
-                    }
-                }
+            if spec.token_type(id as TokenId) == TokenType::Byte
+                && let Some(b) = text.strip_prefix("<0x").and_then(|t| t.strip_suffix('>'))
+                && let Ok(b) = u8::from_str_radix(b, 16)
+            {
+                byte_ids[b as usize] = Some(id as TokenId);
             }
         }
         // Control and byte tokens never take part in merges; only normal-ish pieces do.

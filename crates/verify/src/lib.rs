@@ -4,6 +4,7 @@
 //! - `gate`: the whole-model gate — float64 greedy controls, the float32 floor, the backend's
 //!   NRMS against a floor-relative bound, greedy agreement and batch invariance.
 //! - `residency`: no file reads and no major page faults while serving.
+//!
 //! It never verifies a backend against itself.
 #![forbid(unsafe_code)]
 

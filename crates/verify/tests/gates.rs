@@ -135,7 +135,8 @@ fn ungated_family_is_refused_before_any_weight_is_read() {
     use plumb_checkpoint::gguf::writer::GgufWriter;
     // Hyper-parameters only: loading any weight would fail with "missing tensor".
     let mut w = GgufWriter::new();
-    for (k, v) in [("block_count", 1u32), ("context_length", 64), ("embedding_length", 64), ("feed_forward_length", 64)] {
+    for (k, v) in [("block_count", 1u32), ("context_length", 64), ("embedding_length", 64), ("feed_forward_length", 64)]
+    {
         w.meta(&format!("llama.{k}"), MetaValue::U32(v));
     }
     w.meta("general.architecture", MetaValue::String("llama".into()))
@@ -150,10 +151,12 @@ fn ungated_family_is_refused_before_any_weight_is_read() {
     assert!(err.contains("has not passed its whole-model gate on the `cuda` backend"), "{err}");
     assert!(err.contains("PLUMB_EXPERIMENTAL=llama"), "{err}");
     // Opting in gets past the gate, to the weights (which this file lacks).
-    let err = plumb_models::load_model_with(&file, &cuda_like, Some("qwen2, llama")).err().expect("no weights").to_string();
+    let err =
+        plumb_models::load_model_with(&file, &cuda_like, Some("qwen2, llama")).err().expect("no weights").to_string();
     assert!(err.contains("missing"), "{err}");
     // The gated pair loads without opting in (again failing only at the weights).
-    let err = plumb_models::load_model_with(&file, &CpuBackend::new(1), Some("")).err().expect("no weights").to_string();
+    let err =
+        plumb_models::load_model_with(&file, &CpuBackend::new(1), Some("")).err().expect("no weights").to_string();
     assert!(err.contains("missing"), "{err}");
     std::fs::remove_file(path).unwrap();
 }

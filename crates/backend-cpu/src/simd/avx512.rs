@@ -151,4 +151,14 @@ impl F32x16 for Avx512 {
             (Avx512(_mm512_cvtepi32_ps(lo)), Avx512(_mm512_cvtepi32_ps(hi)))
         }
     }
+    #[inline(always)]
+    fn from_bits2<const SHIFT: u32>(q: &[u8]) -> Self {
+        assert!(q.len() >= 16);
+        // SAFETY: 16 readable bytes checked above; see the module note.
+        unsafe {
+            let b = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast()));
+            let f = _mm512_and_si512(_mm512_srl_epi32(b, _mm_cvtsi32_si128(SHIFT as i32)), _mm512_set1_epi32(3));
+            Avx512(_mm512_cvtepi32_ps(f))
+        }
+    }
 }
