@@ -33,12 +33,15 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
     let at = |p: f64, len: usize| ((p * len as f64) as usize).min(len.saturating_sub(1));
     match m {
+        // An earlier truncation may have left too few bytes to overwrite: then the mutation is a no-op.
+        Mutation::Set(_, _) if bytes.is_empty() => {}
+        Mutation::SetU64(_, _) if bytes.len() < 8 => {}
         Mutation::Set(p, v) => {
             let i = at(*p, bytes.len());
             bytes[i] = *v;
         }
         Mutation::SetU64(p, v) => {
-            let i = at(*p, bytes.len().saturating_sub(8));
+            let i = at(*p, bytes.len() - 7);
             bytes[i..i + 8].copy_from_slice(&v.to_le_bytes());
         }
         Mutation::Truncate(p) => bytes.truncate(at(*p, bytes.len())),
