@@ -70,6 +70,12 @@ fn linear_part_kernel<S: F32x16>(
         for m0 in (m_start..m_end).step_by(TILE_M) {
             let c = TILE_M.min(m_end - m0);
             if rb_end - rb < FUSED_MAX_ROWS && c == TILE_M {
+                // Decode streams weights from memory once: ask for a later tile while this one is
+                // computed (rows are short, so the hardware prefetcher ramps up too late).
+                let ahead = m0 + PREFETCH_TILES * TILE_M;
+                if ahead + TILE_M <= m_end {
+                    prefetch(&w.bytes[ahead * w.row_bytes..(ahead + TILE_M) * w.row_bytes]);
+                }
                 // A direct call per format (not a function pointer) so each inlines into this
                 // `#[target_feature]` instantiation.
                 match w.ty {
@@ -107,6 +113,19 @@ fn linear_part_kernel<S: F32x16>(
                 r0 += r;
             }
         }
+    }
+}
+
+/// Tiles ahead that decode prefetches (measured: 2 gives +5–15% tg128 over none; 4 and 8 less).
+const PREFETCH_TILES: usize = 2;
+
+/// Hints the CPU to bring `bytes` into cache.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetching is a hint that never faults; SSE is part of the x86_64 baseline.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
     }
 }
 

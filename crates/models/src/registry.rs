@@ -11,6 +11,8 @@ use plumb_core::{BackendError, FullBackend};
 pub enum ModelError {
     #[error("architecture `{0}` is not supported (plumb runs: {SUPPORTED})")]
     UnsupportedArchitecture(String),
+    #[error("{0} is not supported yet")]
+    Unsupported(&'static str),
     #[error("tensor `{0}` is missing from the checkpoint")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]

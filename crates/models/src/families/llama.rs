@@ -30,6 +30,9 @@ pub struct Llama<B: Backend> {
 
 impl<B: FullBackend> Llama<B> {
     pub fn load(w: &WeightLoader<'_, B>, config: ModelConfig) -> Result<Self, ModelError> {
+        if matches!(config.rope_scaling, Some(plumb_checkpoint::hparams::RopeScaling::Yarn { .. })) {
+            return Err(ModelError::Unsupported("YaRN RoPE scaling"));
+        }
         let c = &config;
         let hidden = c.hidden_size;
         let layers = (0..c.num_hidden_layers)

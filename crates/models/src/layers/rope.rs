@@ -9,6 +9,7 @@ pub fn inv_freq(c: &ModelConfig) -> Vec<f64> {
     let d = c.rope_dim as f64;
     let base: Vec<f64> = (0..c.rope_dim / 2).map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f64 / d)).collect();
     match c.rope_scaling {
+        // YaRN is refused when the model loads; plain frequencies here keep this total.
         None | Some(RopeScaling::Yarn { .. }) => base,
         Some(RopeScaling::Linear { factor }) => base.into_iter().map(|f| f / factor).collect(),
         Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) => {
