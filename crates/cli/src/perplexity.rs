@@ -2,8 +2,14 @@
 //! non-overlapping chunks of `ctx` tokens (BOS first when the model adds one), each scored on
 //! its second half — so engines can be compared with one number.
 
+use crate::receipt;
 use crate::session::{ModelArgs, Session};
 use anyhow::{Context, Result, bail};
+use plumb_backend_ref::RefBackend;
+use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_core::{Backend, ForwardBatch, LaneView};
+use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -17,8 +23,52 @@ pub struct PerplexityArgs {
     /// Score at most this many chunks (default: all).
     #[arg(long)]
     pub chunks: Option<usize>,
+    /// Compute on the float64 reference backend instead (slow: for gating the figure).
+    #[arg(long)]
+    pub reference: bool,
+    /// Also write a receipt to this file.
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
     /// A UTF-8 text file.
     pub file: PathBuf,
+}
+
+/// The model on the float64 reference backend, loaded once.
+struct Reference {
+    backend: RefBackend<f64>,
+    model: Box<dyn plumb_models::CausalLm<RefBackend<f64>>>,
+}
+
+impl Reference {
+    fn load(file: &GgufFile) -> Result<Self> {
+        let backend = RefBackend::<f64>::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let model = plumb_models::load_model(file, &backend)?;
+        Ok(Reference { backend, model })
+    }
+
+    /// Logits of every position of `chunk` (one lane, fresh cache).
+    fn logits(&self, chunk: &[u32]) -> Vec<f32> {
+        reference_logits(&self.backend, self.model.as_ref(), chunk)
+    }
+}
+
+fn reference_logits(
+    backend: &RefBackend<f64>,
+    model: &dyn plumb_models::CausalLm<RefBackend<f64>>,
+    chunk: &[u32],
+) -> Vec<f32> {
+    let n = chunk.len();
+    let mut kv = backend.new_kv_cache(&model.kv_spec(16, n.div_ceil(16)));
+    let lane = LaneView { block_table: (0..n.div_ceil(16) as u32).collect() };
+    let mut batch = ForwardBatch { block_size: 16, lanes: vec![lane], ..Default::default() };
+    for (i, &t) in chunk.iter().enumerate() {
+        batch.token_ids.push(t);
+        batch.positions.push(i as u32);
+        batch.row_lane.push(0);
+        batch.slot_mapping.push(batch.slot(0, i) as u32);
+    }
+    batch.logits_rows = (0..n as u32).collect();
+    backend.download(&model.forward(backend, &batch, &mut kv, None))
 }
 
 /// −log softmax(logits)[target], in f64.
@@ -44,6 +94,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     let vocab = s.engine.model().config().vocab_size;
     let bos = s.tokenizer.spec().bos_id.filter(|_| s.tokenizer.spec().add_bos);
     let first = args.chunk / 2;
+    let reference = if args.reference { Some(Reference::load(&GgufFile::open(&s.path)?)?) } else { None };
     let (mut total, mut count) = (0f64, 0usize);
     eprintln!("perplexity over {num_chunks} chunks of {} tokens, scoring the second half of each", args.chunk);
     for c in 0..num_chunks {
@@ -51,7 +102,10 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         if let Some(b) = bos {
             chunk[0] = b;
         }
-        let logits = s.engine.logits_all(&chunk)?;
+        let logits = match &reference {
+            Some(r) => r.logits(&chunk),
+            None => s.engine.logits_all(&chunk)?,
+        };
         for j in first..args.chunk - 1 {
             total += nll(&logits[j * vocab..(j + 1) * vocab], chunk[j + 1]);
             count += 1;
@@ -61,6 +115,21 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     }
     eprintln!();
     let ppl = (total / count as f64).exp();
-    println!("perplexity {ppl:.4} over {num_chunks} chunks ({count} scored tokens)");
+    let backend = if args.reference { "ref (float64)".to_string() } else { s.engine.backend().name() };
+    println!("perplexity {ppl:.4} over {num_chunks} chunks ({count} scored tokens) on {backend}");
+    if let Some(path) = &args.receipt {
+        let text_sha = sha256_file(&args.file, &NoProgress)?;
+        let figures = json!({
+            "backend": backend,
+            "text": { "path": args.file.display().to_string(), "sha256": text_sha },
+            "chunk": args.chunk,
+            "chunks": num_chunks,
+            "scored_tokens": count,
+            "perplexity": ppl,
+        });
+        let sha = sha256_file(&s.path, &NoProgress)?;
+        receipt::write(path, &receipt::envelope("perplexity", &s.path, &sha, figures))?;
+        eprintln!("receipt written to {}", path.display());
+    }
     Ok(())
 }
