@@ -125,14 +125,7 @@ mod tests {
     fn valid_blocks(ty: GgmlType, num_blocks: usize, seed: u64) -> Vec<u8> {
         let info = ty.info().unwrap();
         let mut bytes = random_bytes(num_blocks * info.block_bytes, seed);
-        let f16_fields: &[usize] = match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-            GgmlType::Q2_K => &[80, 82],
-            GgmlType::Q3_K => &[108],
-            GgmlType::Q6_K => &[208],
-            _ => &[],
-        };
+        let f16_fields = plumb_core::quant::f16_field_offsets(ty);
         for block in bytes.chunks_exact_mut(info.block_bytes) {
             for &at in f16_fields {
                 block[at + 1] &= 0x3B; // exponent below 0x1F: finite, magnitude < 1

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use plumb_backend_ref::RefBackend;
 use plumb_checkpoint::GgufFile;
 use plumb_checkpoint::source::{NoProgress, sha256_file};
-use plumb_core::{Backend, ForwardBatch, LaneView};
+use plumb_core::{Backend, ForwardBatch};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -59,15 +59,7 @@ fn reference_logits(
 ) -> Vec<f32> {
     let n = chunk.len();
     let mut kv = backend.new_kv_cache(&model.kv_spec(16, n.div_ceil(16)));
-    let lane = LaneView { block_table: (0..n.div_ceil(16) as u32).collect() };
-    let mut batch = ForwardBatch { block_size: 16, lanes: vec![lane], ..Default::default() };
-    for (i, &t) in chunk.iter().enumerate() {
-        batch.token_ids.push(t);
-        batch.positions.push(i as u32);
-        batch.row_lane.push(0);
-        batch.slot_mapping.push(batch.slot(0, i) as u32);
-    }
-    batch.logits_rows = (0..n as u32).collect();
+    let batch = ForwardBatch::single_lane(chunk, 0, 16, (0..n.div_ceil(16) as u32).collect());
     backend.download(&model.forward(backend, &batch, &mut kv, None))
 }
 

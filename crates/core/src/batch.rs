@@ -47,6 +47,25 @@ pub struct ForwardBatch {
 }
 
 impl ForwardBatch {
+    /// One lane whose block table is `block_table`, with rows for `tokens` at positions
+    /// `start..`, logits for every row (callers that want fewer trim `logits_rows`).
+    pub fn single_lane(tokens: &[u32], start: usize, block_size: usize, block_table: Vec<u32>) -> Self {
+        let mut batch = ForwardBatch { block_size, lanes: vec![LaneView { block_table }], ..Default::default() };
+        for (i, &t) in tokens.iter().enumerate() {
+            batch.push_row(0, t, start + i);
+        }
+        batch.logits_rows = (0..tokens.len() as u32).collect();
+        batch
+    }
+
+    /// Appends a row for `token` at `position` of lane `lane` (whose block table must cover it).
+    pub fn push_row(&mut self, lane: usize, token: u32, position: usize) {
+        self.token_ids.push(token);
+        self.positions.push(position as u32);
+        self.row_lane.push(lane as u32);
+        self.slot_mapping.push(self.slot(lane, position) as u32);
+    }
+
     pub fn num_rows(&self) -> usize {
         self.token_ids.len()
     }

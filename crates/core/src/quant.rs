@@ -77,6 +77,18 @@ pub fn f16_to_f32(h: u16) -> f32 {
     }
 }
 
+/// Byte offsets of the f16 scale (and min) fields inside one block of `ty`; empty for float types.
+pub fn f16_field_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
 /// Unpacks the 6-bit scales and mins of a Q4_K/Q5_K super-block (12 bytes → 8 + 8).
 pub fn k_scale_min(scales: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);

@@ -11,10 +11,7 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
         let seq = scheduler.get(item.seq_id).expect("planned sequences are running");
         batch.lanes.push(LaneView { block_table: seq.block_table.clone() });
         for pos in item.start..item.end {
-            batch.token_ids.push(seq.tokens[pos]);
-            batch.positions.push(pos as u32);
-            batch.row_lane.push(lane as u32);
-            batch.slot_mapping.push(batch.slot(lane, pos) as u32);
+            batch.push_row(lane, seq.tokens[pos], pos);
         }
         if item.sample {
             batch.logits_rows.push(batch.token_ids.len() as u32 - 1);

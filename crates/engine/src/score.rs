@@ -3,7 +3,7 @@
 //! batch limit allows, on a lane of its own.
 
 use crate::{Engine, EngineError};
-use plumb_core::{ForwardBatch, FullBackend, LaneView, Shape};
+use plumb_core::{ForwardBatch, FullBackend, Shape};
 use plumb_scheduler::RequestError;
 
 impl<B: FullBackend> Engine<B> {
@@ -27,19 +27,11 @@ impl<B: FullBackend> Engine<B> {
         // scoring runs only while no request is in flight.
         assert!(!self.scheduler.has_work(), "scoring needs an idle engine");
         let first = config.num_blocks - num_blocks;
-        let lane = LaneView { block_table: (first as u32..config.num_blocks as u32).collect() };
+        let table: Vec<u32> = (first as u32..config.num_blocks as u32).collect();
         let mut out = Vec::with_capacity(tokens.len() * vocab_size);
         for start in (0..tokens.len()).step_by(config.max_batch_tokens) {
             let end = (start + config.max_batch_tokens).min(tokens.len());
-            let mut batch =
-                ForwardBatch { block_size: config.block_size, lanes: vec![lane.clone()], ..Default::default() };
-            for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
-                batch.token_ids.push(token);
-                batch.positions.push(pos as u32);
-                batch.row_lane.push(0);
-                batch.slot_mapping.push(batch.slot(0, pos) as u32);
-            }
-            batch.logits_rows = (0..(end - start) as u32).collect();
+            let batch = ForwardBatch::single_lane(&tokens[start..end], start, config.block_size, table.clone());
             let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
             debug_assert_eq!(logits.cols(), vocab_size);
             out.extend(self.backend.download(&logits));

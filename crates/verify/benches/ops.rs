@@ -60,21 +60,11 @@ fn main() {
         let spec =
             KvSpec { num_layers: 1, num_kv_heads: kv_heads, head_dim: d, block_size: 16, num_blocks: ctx.div_ceil(16) };
         let mut kv = b.new_kv_cache(&spec);
-        let lane = LaneView { block_table: (0..spec.num_blocks as u32).collect() };
-        let mut hist = ForwardBatch { block_size: 16, lanes: vec![lane.clone()], ..Default::default() };
-        for p in 0..ctx {
-            hist.token_ids.push(0);
-            hist.positions.push(p as u32);
-            hist.row_lane.push(0);
-            hist.slot_mapping.push(hist.slot(0, p) as u32);
-        }
+        let table: Vec<u32> = (0..spec.num_blocks as u32).collect();
+        let hist = ForwardBatch::single_lane(&vec![0; ctx], 0, 16, table.clone());
         let kv_rows = b.upload(&activations(&mut rng, ctx, kv_heads * d, Spread::Normal), ctx, kv_heads * d);
         b.write_kv(&mut kv, 0, &kv_rows, &kv_rows, &hist);
-        let mut one = ForwardBatch { block_size: 16, lanes: vec![lane], ..Default::default() };
-        one.token_ids.push(0);
-        one.positions.push(ctx as u32 - 1);
-        one.row_lane.push(0);
-        one.slot_mapping.push(one.slot(0, ctx - 1) as u32);
+        let one = ForwardBatch::single_lane(&[0], ctx - 1, 16, table);
         let q = b.upload(&activations(&mut rng, 1, heads * d, Spread::Normal), 1, heads * d);
         let mut out = b.tensor(1, heads * d);
         let s = time(|| b.attention(&q, &kv, 0, &one, heads, 0.125, &mut out));

@@ -224,12 +224,9 @@ fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec
     // Two lanes with scattered blocks: lane 0 holds 9 positions, lane 1 holds 21.
     let lanes = vec![LaneView { block_table: vec![5, 1, 9] }, LaneView { block_table: vec![2, 14, 0, 7, 11, 3] }];
     let mut history = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };
-    for (lane, len) in [(0u32, 9u32), (1, 21)] {
+    for (lane, len) in [(0usize, 9usize), (1, 21)] {
         for pos in 0..len {
-            history.token_ids.push(0);
-            history.positions.push(pos);
-            history.row_lane.push(lane);
-            history.slot_mapping.push(history.slot(lane as usize, pos as usize) as u32);
+            history.push_row(lane, 0, pos);
         }
     }
     let n = history.num_rows();
@@ -241,11 +238,8 @@ fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec
     p.r.write_kv(&mut kv_r, 0, &p.r.upload(&k, n, kv_heads * d), &p.r.upload(&v, n, kv_heads * d), &history);
     // Query rows: a prefill chunk of lane 0 (positions 4..9) and one decode row of lane 1 (20).
     let mut batch = ForwardBatch { block_size: block, lanes, ..Default::default() };
-    for (lane, pos) in [(0u32, 4u32), (0, 5), (0, 6), (0, 7), (0, 8), (1, 20)] {
-        batch.token_ids.push(0);
-        batch.positions.push(pos);
-        batch.row_lane.push(lane);
-        batch.slot_mapping.push(batch.slot(lane as usize, pos as usize) as u32);
+    for (lane, pos) in [(0, 4), (0, 5), (0, 6), (0, 7), (0, 8), (1, 20)] {
+        batch.push_row(lane, 0, pos);
     }
     let rows = batch.num_rows();
     let q: Vec<f32> = activations(rng, rows, heads * d, Spread::Normal).iter().map(|v| v * 0.5).collect();
@@ -256,10 +250,7 @@ fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec
     out.push(nrms_case(p, "attention", "GQA 6/2 heads, 2 lanes, scattered blocks".into(), &got, &want));
     // write_kv is exact: what attention reads back for a one-position context is V itself.
     let mut single = ForwardBatch { block_size: block, lanes: batch.lanes.clone(), ..Default::default() };
-    single.token_ids.push(0);
-    single.positions.push(0);
-    single.row_lane.push(1);
-    single.slot_mapping.push(single.slot(1, 0) as u32);
+    single.push_row(1, 0, 0);
     let ones = vec![0f32; heads * d];
     let mut got = p.poisoned(1, heads * d);
     p.b.attention(&p.b.upload(&ones, 1, heads * d), &kv_b, 0, &single, heads, 1.0, &mut got);

@@ -10,7 +10,7 @@
 
 use plumb_backend_ref::RefBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{ForwardBatch, FullBackend, LaneView};
+use plumb_core::{ForwardBatch, FullBackend};
 use plumb_models::{CausalLm, ModelError};
 
 /// One greedy control.
@@ -82,15 +82,8 @@ impl<'a, B: FullBackend + 'static> Runner<'a, B> {
     /// Logits ([rows, vocab] in float64) for `tokens` at positions `start..`, every row.
     fn forward(&mut self, tokens: &[u32], start: usize) -> Vec<f64> {
         assert!(start + tokens.len() <= self.max_len, "control longer than the gate's context");
-        let lane = LaneView { block_table: (0..self.max_len.div_ceil(self.block_size) as u32).collect() };
-        let mut batch = ForwardBatch { block_size: self.block_size, lanes: vec![lane], ..Default::default() };
-        for (i, &t) in tokens.iter().enumerate() {
-            batch.token_ids.push(t);
-            batch.positions.push((start + i) as u32);
-            batch.row_lane.push(0);
-            batch.slot_mapping.push(batch.slot(0, start + i) as u32);
-        }
-        batch.logits_rows = (0..tokens.len() as u32).collect();
+        let table = (0..self.max_len.div_ceil(self.block_size) as u32).collect();
+        let batch = ForwardBatch::single_lane(tokens, start, self.block_size, table);
         let logits = self.model.forward(self.backend, &batch, &mut self.kv, None);
         self.backend.download_f64(&logits)
     }

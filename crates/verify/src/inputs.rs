@@ -69,18 +69,6 @@ pub fn activations(rng: &mut Rng, rows: usize, cols: usize, spread: Spread) -> V
     v
 }
 
-/// Byte offsets of the f16 scale/min fields inside one block of `ty`.
-fn f16_fields(ty: GgmlType) -> &'static [usize] {
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q2_K => &[80, 82],
-        GgmlType::Q3_K => &[108],
-        GgmlType::Q6_K => &[208],
-        _ => &[],
-    }
-}
-
 /// `rows` rows of `cols` elements of `ty`: random bits, every f16 scale finite with magnitude
 /// around 1e-3..1e-1 (the scale of real weights), f16/bf16/f32 values normal with std 0.05.
 pub fn weight_bytes(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
@@ -96,7 +84,7 @@ pub fn weight_bytes(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Ve
             let num_blocks = n / info.block_elems;
             let mut bytes: Vec<u8> = (0..num_blocks * info.block_bytes).map(|_| rng.next_u64() as u8).collect();
             for block in bytes.chunks_exact_mut(info.block_bytes) {
-                for &at in f16_fields(ty) {
+                for &at in plumb_core::quant::f16_field_offsets(ty) {
                     let scale = (rng.uniform() * 2.0 - 1.0) * 10f64.powf(-1.0 - 2.0 * rng.uniform()) / 16.0;
                     block[at..at + 2].copy_from_slice(&half_bits(scale).to_le_bytes());
                 }

@@ -8,7 +8,7 @@ mod tiny_model;
 use faulty::{Fault, Faulty};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{ForwardBatch, FullBackend, LaneView, OPS};
+use plumb_core::{ForwardBatch, FullBackend, OPS};
 use plumb_verify::conformance::{CaseResult, run_suite};
 use plumb_verify::gate::{Control, GateBound, run_gate};
 use plumb_verify::residency;
@@ -93,14 +93,8 @@ fn serve<B: FullBackend + 'static>(file: &GgufFile, backend: &B, n: usize) -> re
     let model = plumb_models::load_model(file, backend).unwrap();
     let spec = model.kv_spec(16, 32);
     let mut kv = backend.new_kv_cache(&spec);
-    let lane = LaneView { block_table: (0..32).collect() };
     let mut step = |token: u32, pos: usize| {
-        let mut batch = ForwardBatch { block_size: 16, lanes: vec![lane.clone()], ..Default::default() };
-        batch.token_ids.push(token);
-        batch.positions.push(pos as u32);
-        batch.row_lane.push(0);
-        batch.slot_mapping.push(batch.slot(0, pos) as u32);
-        batch.logits_rows.push(0);
+        let batch = ForwardBatch::single_lane(&[token], pos, 16, (0..32).collect());
         let logits = backend.download(&model.forward(backend, &batch, &mut kv, None));
         plumb_sampling_free_argmax(&logits)
     };

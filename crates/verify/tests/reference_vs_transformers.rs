@@ -6,7 +6,7 @@
 use plumb_backend_ref::RefBackend;
 use plumb_checkpoint::GgufFile;
 use plumb_checkpoint::source::{DEFAULT_MODEL, NoProgress, ensure_model, plumb_home};
-use plumb_core::{Backend, ForwardBatch, LaneView};
+use plumb_core::{Backend, ForwardBatch};
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
@@ -28,15 +28,7 @@ fn float64_reference_matches_transformers_float64() {
     let model = plumb_models::load_model(&file, &backend).unwrap();
     let n = seq.len();
     let mut kv = backend.new_kv_cache(&model.kv_spec(16, n.div_ceil(16)));
-    let lane = LaneView { block_table: (0..n.div_ceil(16) as u32).collect() };
-    let mut batch = ForwardBatch { block_size: 16, lanes: vec![lane], ..Default::default() };
-    for (i, &t) in seq.iter().enumerate() {
-        batch.token_ids.push(t);
-        batch.positions.push(i as u32);
-        batch.row_lane.push(0);
-        batch.slot_mapping.push(batch.slot(0, i) as u32);
-    }
-    batch.logits_rows = (0..n as u32).collect();
+    let batch = ForwardBatch::single_lane(&seq, 0, 16, (0..n.div_ceil(16) as u32).collect());
     let logits = backend.download_f64(&model.forward(&backend, &batch, &mut kv, None));
     let vocab = 49152;
     let subset: Vec<usize> = m["subset_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
