@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 use std::path::Path;
 
-/// The git commit plumb was built from (or the working tree's, when run from a checkout).
+/// The git commit plumb was built from (or the working tree's, when run from a checkout), with
+/// `+dirty` when tracked files other than receipts differ from it (receipts do not change code).
 pub fn git_commit() -> String {
     let from_tree = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
@@ -13,7 +14,7 @@ pub fn git_commit() -> String {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
+        .args(["status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)receipts"])
         .output()
         .ok()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
