@@ -39,6 +39,7 @@ enum Command {
         /// Send the prompt as plain text instead of a chat turn.
         #[arg(long)]
         raw: bool,
+        /// The prompt, e.g. "What is the capital of France?"
         prompt: String,
     },
     /// Chat interactively; end input (Ctrl-D) to leave.

@@ -26,8 +26,10 @@ pub struct SampleArgs {
     /// Penalize tokens already present (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
+    /// Lower each token's logit by this much per time it was generated (OpenAI style, -2..2).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
+    /// Lower the logit of every token generated at least once by this much (-2..2).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// Random seed (default: from the clock).
