@@ -70,13 +70,18 @@ pub fn attention(
         // split disjointly across threads, and `out` outlives `pool.run`.
         let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), out_len) };
         let mut slots = Vec::new();
+        let mut slots_row = usize::MAX;
         for unit in range {
             let (row, head) = (unit / num_heads, unit % num_heads);
             let kv_head = head / (num_heads / spec.num_kv_heads);
             let ctx = batch.positions[row] as usize + 1;
-            let lane = batch.row_lane[row] as usize;
-            slots.clear();
-            slots.extend((0..ctx).map(|p| batch.slot(lane, p) as u32));
+            // The slot list depends on the row only: heads of one row share it.
+            if row != slots_row {
+                let lane = batch.row_lane[row] as usize;
+                slots.clear();
+                slots.extend((0..ctx).map(|p| batch.slot(lane, p) as u32));
+                slots_row = row;
+            }
             let qh = &q[(row * num_heads + head) * head_dim..][..head_dim];
             let oh = &mut out[(row * num_heads + head) * head_dim..][..head_dim];
             attend_head(isa, qh, &kv.k[layer], &kv.v[layer], &slots, kv_head, spec.num_kv_heads, head_dim, scale, oh);

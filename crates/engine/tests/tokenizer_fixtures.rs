@@ -1,28 +1,17 @@
 //! Tokenizer ids, decoding and chat renderings equal Hugging Face's on the fixture corpora:
 //! the default model (byte-level BPE, `smollm` pre-tokenizer) and a tiny SentencePiece model.
 
+#[path = "support/smollm2.rs"]
+mod smollm2;
+
 use plumb_checkpoint::GgufFile;
-use plumb_checkpoint::source::{DEFAULT_MODEL, NoProgress, ensure_model, plumb_home};
 use plumb_engine::load;
 use plumb_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
+use smollm2::{default_model, fixtures, ids};
 
 fn read_json(rel: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixtures().join(rel)).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn default_model() -> GgufFile {
-    let path = ensure_model(&DEFAULT_MODEL, &plumb_home().unwrap(), &NoProgress).expect("default model (needs pip)");
-    GgufFile::open(path).unwrap()
 }
 
 #[test]

@@ -13,10 +13,17 @@ pub use rng::uniform;
 /// `prompt_len` splits `history` into prompt and generated tokens (frequency and presence
 /// penalties count generated tokens only, as OpenAI defines them; the repetition penalty counts all).
 pub fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt_len: usize, position: u64) -> u32 {
-    let mut logits = logits.to_vec();
-    apply_penalties(&mut logits, p, history, prompt_len);
+    let penalized;
+    let logits = if p.has_penalties() {
+        let mut v = logits.to_vec();
+        apply_penalties(&mut v, p, history, prompt_len);
+        penalized = v;
+        &penalized[..]
+    } else {
+        logits
+    };
     if p.is_greedy() {
-        return argmax(&logits);
+        return argmax(logits);
     }
     let inv_t = 1.0 / p.temperature as f64;
     let mut cand: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l as f64 * inv_t)).collect();

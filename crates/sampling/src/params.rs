@@ -46,6 +46,11 @@ impl SamplingParams {
         SamplingParams { temperature: 0.0, ..Self::default() }
     }
 
+    /// Whether any penalty changes the logits.
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
+
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }
