@@ -35,8 +35,15 @@ fn failing(results: &[CaseResult]) -> Vec<String> {
 }
 
 #[test]
-fn cpu_backend_passes_every_conformance_case() {
-    let results = run_suite(&CpuBackend::new(2), seed());
+fn cpu_backend_passes_every_conformance_case_on_every_isa() {
+    for isa in plumb_backend_cpu::Isa::available() {
+        eprintln!("== {isa:?} ==");
+        check_conformance(&CpuBackend::with_isa(2, isa));
+    }
+}
+
+fn check_conformance(backend: &CpuBackend) {
+    let results = run_suite(backend, seed());
     for r in &results {
         eprintln!(
             "{:<12} {:<48} {:.3e} ≤ {:.3e} {}",
@@ -69,7 +76,7 @@ fn controls() -> Vec<Control> {
         .collect()
 }
 
-const BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0 };
+const BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0, near_tie: 1e-3 };
 
 #[test]
 fn whole_model_gate_passes_on_cpu_and_fails_on_faults() {
@@ -85,6 +92,38 @@ fn whole_model_gate_passes_on_cpu_and_fails_on_faults() {
 
     let order = run_gate(&file, &faulty(Fault::SummationOrderDependsOnBatch), &controls(), BOUND, 1).unwrap();
     assert!(order.failures.iter().any(|f| f.contains("batch invariance broken")), "{:#?}", order.failures);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn gate_fails_on_non_finite_values_and_names_the_position() {
+    let path = tiny_model::write(7);
+    let file = GgufFile::open(&path).unwrap();
+    let nan = run_gate(&file, &faulty(Fault::NanAtPosition(6)), &controls(), BOUND, 1).unwrap();
+    assert!(!nan.pass, "a NaN must fail the gate");
+    // The CPU's exp clamps its input with max/min, which drops a NaN score, so the logits may
+    // stay finite: the intermediate check is what must catch it.
+    assert!(
+        nan.failures.iter().any(|f| f.contains("intermediate `q_rope` of layer 0 holds NaN or infinity at position 6")),
+        "{:#?}",
+        nan.failures
+    );
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn greedy_mismatches_fail_unless_they_are_near_ties() {
+    let path = tiny_model::write(7);
+    let file = GgufFile::open(&path).unwrap();
+    let strict = run_gate(&file, &faulty(Fault::PromoteRunnerUp), &controls(), BOUND, 1).unwrap();
+    let argmax_failures = strict.failures.iter().filter(|f| f.contains("teacher-forced argmax")).count();
+    assert!(argmax_failures > 0, "the fault should change some greedy choice: {:#?}", strict.failures);
+    let lenient = GateBound { near_tie: f64::INFINITY, ..BOUND };
+    let tied = run_gate(&file, &faulty(Fault::PromoteRunnerUp), &controls(), lenient, 1).unwrap();
+    assert!(tied.failures.iter().all(|f| !f.contains("teacher-forced argmax") && !f.contains("greedy continuation")));
+    assert_eq!(tied.near_ties, argmax_failures, "every mismatch is counted as a near-tie");
+    assert!(!tied.pass, "the NRMS bound still fails the fault");
+    assert!(tied.failures.iter().any(|f| f.contains("logits NRMS")), "{:#?}", tied.failures);
     std::fs::remove_file(path).unwrap();
 }
 

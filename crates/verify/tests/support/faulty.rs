@@ -17,6 +17,10 @@ pub enum Fault {
     SummationOrderDependsOnBatch,
     /// Every `linear` reads the model file from disk.
     DiskReadWhileServing(&'static str),
+    /// The RoPE table row of this position holds NaN (a kernel that reads past its table).
+    NanAtPosition(u32),
+    /// The output head lifts each row's runner-up logit above the top one (greedy always differs).
+    PromoteRunnerUp,
     /// No fault, but the backend calls itself another kind (to test gate refusal).
     PretendKind(&'static str),
 }
@@ -91,7 +95,15 @@ impl LinearOps for Faulty {
             }
             return;
         }
-        self.inner.linear(x, w, out)
+        self.inner.linear(x, w, out);
+        if self.fault == Fault::PromoteRunnerUp && (w.name == "lm_head.weight" || w.name == "model.embed_tokens.weight")
+        {
+            for row in out.data.chunks_exact_mut(w.rows) {
+                let mut idx: Vec<usize> = (0..row.len()).collect();
+                idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                row[idx[1]] = row[idx[0]] + 1.0;
+            }
+        }
     }
     fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {
         self.inner.embed(ids, table, out)
@@ -115,6 +127,14 @@ impl ElementwiseOps for Faulty {
 
 impl RopeOps for Faulty {
     fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> CpuTensor {
+        if let Fault::NanAtPosition(bad) = self.fault {
+            let mut t = self.inner.rope_table(positions, inv_freq);
+            let cols = t.cols;
+            for (row, _) in positions.iter().enumerate().filter(|&(_, &p)| p == bad) {
+                t.data[row * cols] = f32::NAN;
+            }
+            return t;
+        }
         if self.fault == Fault::RopeOffByOne {
             let shifted: Vec<u32> = positions.iter().map(|&p| if p > 0 { p + 1 } else { p }).collect();
             return self.inner.rope_table(&shifted, inv_freq);
