@@ -10,23 +10,26 @@ pub struct IoCounters {
     pub major_faults: u64,
 }
 
-/// Reads the counters (zeros where /proc is unavailable).
-pub fn counters() -> IoCounters {
-    counters_and_cost().0
+use std::path::Path;
+
+/// Reads the counters; `None` where /proc is unavailable or unreadable.
+pub fn counters() -> Option<IoCounters> {
+    counters_and_cost(Path::new("/proc/self")).map(|(c, _)| c)
 }
 
-/// The counters, and the bytes reading them added to `rchar` after the snapshot was taken
-/// (the snapshot of /proc/self/io excludes its own read; the read of /proc/self/stat follows it).
-fn counters_and_cost() -> (IoCounters, u64) {
-    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
-    let field =
-        |name: &str| io.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// The counters under `proc_self` (normally /proc/self), and the bytes reading them added to
+/// `rchar` after the snapshot was taken (the snapshot of `io` excludes its own read; the read of
+/// `stat` follows it). `None` when either file is missing or lacks a field: a gate that cannot
+/// measure must not pass.
+fn counters_and_cost(proc_self: &Path) -> Option<(IoCounters, u64)> {
+    let io = std::fs::read_to_string(proc_self.join("io")).ok()?;
+    let field = |name: &str| io.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok());
+    let stat = std::fs::read_to_string(proc_self.join("stat")).ok()?;
     // Fields after the parenthesized command name; majflt is field 12 overall.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let major_faults = after.split_whitespace().nth(9).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest)?;
+    let major_faults = after.split_whitespace().nth(9).and_then(|v| v.parse().ok())?;
     let cost = (io.len() + stat.len()) as u64;
-    (IoCounters { rchar: field("rchar:"), read_bytes: field("read_bytes:"), major_faults }, cost)
+    Some((IoCounters { rchar: field("rchar:")?, read_bytes: field("read_bytes:")?, major_faults }, cost))
 }
 
 /// What serving cost in I/O, with the cost of reading the counters themselves removed.
@@ -42,11 +45,30 @@ pub struct ResidencyReport {
 
 /// Measures `serve` (which generates `tokens` tokens) and judges it.
 pub fn measure(tokens: usize, serve: impl FnOnce()) -> ResidencyReport {
-    // Reading /proc/self/io and /proc/self/stat shows up in rchar: subtract exactly what the
-    // first snapshot read.
-    let (before, cost) = counters_and_cost();
+    measure_at(Path::new("/proc/self"), tokens, serve)
+}
+
+/// [`measure`] with the counters read from `proc_self`.
+pub fn measure_at(proc_self: &Path, tokens: usize, serve: impl FnOnce()) -> ResidencyReport {
+    // Reading the counters shows up in rchar: subtract exactly what the first snapshot read.
+    let before = counters_and_cost(proc_self);
     serve();
-    let after = counters();
+    let after = counters_and_cost(proc_self);
+    let (Some((before, cost)), Some((after, _))) = (before, after) else {
+        let why = format!(
+            "could not read I/O counters from {}/io and {}/stat, so residency was not measured",
+            proc_self.display(),
+            proc_self.display()
+        );
+        return ResidencyReport {
+            tokens,
+            file_bytes_read: 0,
+            storage_bytes_read: 0,
+            major_faults: 0,
+            pass: false,
+            failures: vec![why],
+        };
+    };
     let file_bytes_read = (after.rchar - before.rchar).saturating_sub(cost);
     let storage_bytes_read = after.read_bytes - before.read_bytes;
     let major_faults = after.major_faults - before.major_faults;
@@ -63,4 +85,22 @@ pub fn measure(tokens: usize, serve: impl FnOnce()) -> ResidencyReport {
         ));
     }
     ResidencyReport { tokens, file_bytes_read, storage_bytes_read, major_faults, pass: failures.is_empty(), failures }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_counters_fail_the_gate() {
+        let report = measure_at(Path::new("/nonexistent/proc/self"), 4, || {});
+        assert!(!report.pass);
+        assert!(report.failures[0].contains("could not read I/O counters"), "{:?}", report.failures);
+    }
+
+    #[test]
+    fn readable_counters_pass_an_idle_serve() {
+        let report = measure(4, || {});
+        assert!(report.pass, "{:?}", report.failures);
+    }
 }
