@@ -33,6 +33,10 @@ pub enum CheckpointError {
     BadShape { name: String, dims: Vec<u64>, why: &'static str },
     #[error("tensor `{name}` at data offset {offset} with {size} bytes lies outside the {data_len}-byte data section")]
     TensorOutOfRange { name: String, offset: u64, size: u64, data_len: u64 },
+    #[error(
+        "the data section starts at byte {data_offset}, past the end of the {file_len}-byte file, yet {num_tensors} tensors are declared"
+    )]
+    DataPastEnd { data_offset: u64, file_len: u64, num_tensors: usize },
     #[error("tensor `{name}` at data offset {offset} is not aligned to {alignment} bytes")]
     MisalignedTensor { name: String, offset: u64, alignment: u64 },
     #[error("tensors `{first}` and `{second}` overlap in the data section")]

@@ -51,6 +51,7 @@ fn truncation_anywhere_is_a_clear_error() {
                     | CheckpointError::NotGguf { .. }
                     | CheckpointError::ImpossibleCount { .. }
                     | CheckpointError::TensorOutOfRange { .. }
+                    | CheckpointError::DataPastEnd { .. }
             ),
             "cut at {cut}: {msg}"
         );
@@ -97,6 +98,19 @@ fn out_of_range_and_size_mismatch() {
     bytes[off_at..off_at + 8].copy_from_slice(&(1u64 << 20).to_le_bytes());
     let err = open_bytes(&bytes).unwrap_err();
     assert!(matches!(err, CheckpointError::TensorOutOfRange { ref name, .. } if name == "output_norm.weight"), "{err}");
+}
+
+#[test]
+fn zero_size_tensor_with_data_offset_past_the_end_is_an_error() {
+    let mut w = GgufWriter::new();
+    w.meta("general.alignment", MetaValue::U32(4096));
+    w.tensor("empty.weight", &[0], GgmlType::F32, vec![]);
+    let mut bytes = w.to_bytes();
+    // Cut the padding: the aligned data offset now lies past the end of the file.
+    let header_end = bytes.windows(12).position(|x| x == b"empty.weight").unwrap() + 12 + 4 + 8 + 4 + 8;
+    bytes.truncate(header_end);
+    let err = open_bytes(&bytes).err().expect("refused").to_string();
+    assert!(err.contains("past the end of the"), "{err}");
 }
 
 #[test]

@@ -224,6 +224,14 @@ pub(super) fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    if data_offset > bytes.len() as u64 && !tensors.is_empty() {
+        // Even zero-byte tensors need their (empty) slice to start inside the file.
+        return Err(CheckpointError::DataPastEnd {
+            data_offset,
+            file_len: bytes.len() as u64,
+            num_tensors: tensors.len(),
+        });
+    }
     let data_len = (bytes.len() as u64).saturating_sub(data_offset);
     for t in &tensors {
         if t.offset.checked_add(t.size).is_none_or(|end| end > data_len) {
