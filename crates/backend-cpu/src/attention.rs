@@ -3,7 +3,7 @@
 //! softmax whose sums run in a fixed lane order over positions, then the V sum in position order.
 //! Nothing depends on which other rows share the batch or whether K/V came from an earlier step.
 
-use crate::SyncPtr;
+use crate::SharedOut;
 use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
 use plumb_core::{ForwardBatch, KvSpec};
@@ -60,15 +60,12 @@ pub fn attention(
     assert_eq!(head_dim % LANES, 0, "attention needs head_dim to be a multiple of {LANES}");
     let num_rows = batch.num_rows();
     let units = num_rows * num_heads;
-    let out_ptr = SyncPtr(out.as_mut_ptr());
-    let out_len = out.len();
+    assert_eq!(out.len(), units * head_dim, "attention: out shape");
+    let shared = SharedOut::new(out);
     pool.run(&|t, nt| {
         // Units interleave across threads: with causal attention later rows cost more, so
         // contiguous ranges would leave the first thread idle.
         let range = (t..units).step_by(nt);
-        // SAFETY: each (row, head) unit writes only its own head_dim slice of `out`, units are
-        // split disjointly across threads, and `out` outlives `pool.run`.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), out_len) };
         let mut slots = Vec::new();
         let mut slots_row = usize::MAX;
         for unit in range {
@@ -83,7 +80,9 @@ pub fn attention(
                 slots_row = row;
             }
             let qh = &q[(row * num_heads + head) * head_dim..][..head_dim];
-            let oh = &mut out[(row * num_heads + head) * head_dim..][..head_dim];
+            // SAFETY: each (row, head) unit is one thread's and owns its head_dim slice of `out`,
+            // which outlives `pool.run`.
+            let oh = unsafe { shared.part(unit * head_dim, head_dim) };
             attend_head(isa, qh, &kv.k[layer], &kv.v[layer], &slots, kv_head, spec.num_kv_heads, head_dim, scale, oh);
         }
     });

@@ -13,26 +13,44 @@ mod weights;
 
 pub use attention::CpuKvCache;
 pub use pool::Pool;
-pub use simd::Isa;
+pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
     AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LinearOps, RopeOps,
     Shape, WeightSource,
 };
 
-/// A raw pointer that kernels share across pool threads for disjoint writes.
-#[derive(Clone, Copy)]
-pub(crate) struct SyncPtr(pub *mut f32);
-// SAFETY: only used to hand one output buffer to pool threads that write disjoint parts of it
-// while the owner waits in `Pool::run`.
-unsafe impl Send for SyncPtr {}
+/// One output buffer handed to several pool threads that each write their own elements. No
+/// thread ever holds a `&mut` over the whole buffer (overlapping `&mut` would be undefined
+/// behaviour even without overlapping writes); each borrows only the part it writes, through
+/// [`SharedOut::part`], whose contract is that no two live parts overlap.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+// SAFETY: a `SharedOut` is only a pointer and a length; every access goes through `part`, whose
+// contract makes concurrent parts disjoint, and the owner waits in `Pool::run` while threads use it.
+unsafe impl Send for SharedOut {}
 // SAFETY: as above.
-unsafe impl Sync for SyncPtr {}
+unsafe impl Sync for SharedOut {}
 
-impl SyncPtr {
-    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
-    pub fn get(self) -> *mut f32 {
-        self.0
+impl SharedOut {
+    pub fn new(out: &mut [f32]) -> Self {
+        SharedOut { ptr: out.as_mut_ptr(), len: out.len() }
+    }
+
+    /// Elements `at..at + len` (bounds-checked).
+    ///
+    /// # Safety
+    /// The buffer given to `new` must outlive the returned slice, and no other live slice from
+    /// this `SharedOut` (on any thread) may overlap it.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    pub unsafe fn part<'a>(&self, at: usize, len: usize) -> &'a mut [f32] {
+        assert!(at.checked_add(len).is_some_and(|end| end <= self.len), "output part {at}+{len} of {}", self.len);
+        // SAFETY: in bounds (checked above); disjointness and lifetime are the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
 }
 
@@ -96,7 +114,8 @@ impl CpuBackend {
         CpuBackend { pool: Pool::new(n), isa: Isa::detect() }
     }
 
-    /// The same, with an explicit instruction set (tests compare ISAs).
+    /// The same, with an explicit instruction set (tests compare ISAs); an `Isa` value is proof
+    /// that this CPU supports it.
     pub fn with_isa(num_threads: usize, isa: Isa) -> Self {
         CpuBackend { isa, ..Self::new(num_threads) }
     }
@@ -231,11 +250,11 @@ impl ElementwiseOps for CpuBackend {
             weight.name
         );
         let cols = x.cols;
-        let out_ptr = SyncPtr(out.data.as_mut_ptr());
+        let shared = SharedOut::new(&mut out.data);
         let isa = self.isa;
         self.par_rows(x.rows, &|r| {
-            // SAFETY: disjoint row ranges per thread; `out` outlives the call.
-            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols) };
+            // SAFETY: threads get disjoint row ranges; `out` outlives the call.
+            let o = unsafe { shared.part(r.start * cols, r.len() * cols) };
             elementwise::rms_norm_rows(isa, &x.data[r.start * cols..r.end * cols], w, eps, o);
         });
     }
@@ -249,11 +268,11 @@ impl ElementwiseOps for CpuBackend {
         assert_eq!((gate.rows, gate.cols), (up.rows, up.cols));
         assert_eq!((gate.rows, gate.cols), (out.rows, out.cols));
         let cols = gate.cols;
-        let out_ptr = SyncPtr(out.data.as_mut_ptr());
+        let shared = SharedOut::new(&mut out.data);
         let isa = self.isa;
         self.par_rows(gate.rows, &|r| {
-            // SAFETY: disjoint row ranges per thread; `out` outlives the call.
-            let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * cols), r.len() * cols) };
+            // SAFETY: threads get disjoint row ranges; `out` outlives the call.
+            let o = unsafe { shared.part(r.start * cols, r.len() * cols) };
             let span = r.start * cols..r.end * cols;
             elementwise::silu_mul(isa, &gate.data[span.clone()], &up.data[span], o);
         });

@@ -9,7 +9,7 @@
 
 use crate::pool::{Pool, split_range};
 use crate::simd::{F32x16, Isa, LANES, simd_dispatch};
-use crate::{CpuWeight, SyncPtr, weights};
+use crate::{CpuWeight, SharedOut, weights};
 use plumb_core::GgmlType;
 
 /// Weight rows dequantized together (one tile).
@@ -24,7 +24,7 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
         assert_eq!(x.len(), num_rows * w.cols, "linear: x has the wrong size for `{}`", w.name);
         assert_eq!(out.len(), num_rows * w.rows, "linear: out has the wrong size for `{}`", w.name);
     }
-    let out_ptrs: Vec<SyncPtr> = outs.iter_mut().map(|o| SyncPtr(o.as_mut_ptr())).collect();
+    let shared: Vec<SharedOut> = outs.iter_mut().map(|o| SharedOut::new(o)).collect();
     // Tile counts per weight; a thread takes a contiguous range of the concatenated tiles.
     let tiles: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(TILE_M)).collect();
     let total: usize = tiles.iter().sum();
@@ -35,10 +35,9 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
             let (lo, hi) = (mine.start.max(first), mine.end.min(first + tiles[i]));
             if lo < hi {
                 let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(w.rows));
-                // SAFETY: threads write disjoint output columns (their tile ranges do not overlap),
-                // and every `outs[i]` outlives `pool.run`.
-                let out = unsafe { std::slice::from_raw_parts_mut(out_ptrs[i].get(), num_rows * w.rows) };
-                linear_part(isa, x, num_rows, w, m_start, m_end, out);
+                // Threads own disjoint column ranges m_start..m_end of every row (their tile ranges
+                // do not overlap); the kernels borrow only those elements (see `SharedOut::part`).
+                linear_part(isa, x, num_rows, w, m_start, m_end, shared[i]);
             }
             first += tiles[i];
         }
@@ -46,7 +45,7 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
 }
 
 simd_dispatch! {
-    fn linear_part(x: &[f32], num_rows: usize, w: &CpuWeight, m_start: usize, m_end: usize, out: &mut [f32]) => linear_part_kernel
+    fn linear_part(x: &[f32], num_rows: usize, w: &CpuWeight, m_start: usize, m_end: usize, out: SharedOut) => linear_part_kernel
 }
 
 #[inline(always)]
@@ -56,7 +55,7 @@ fn linear_part_kernel<S: F32x16>(
     w: &CpuWeight,
     m_start: usize,
     m_end: usize,
-    out: &mut [f32],
+    out: SharedOut,
 ) {
     let (m, k) = (w.rows, w.cols);
     // Only the tiled path needs the f32 tile; decode steps skip the allocation.
@@ -79,10 +78,10 @@ fn linear_part_kernel<S: F32x16>(
                 // A direct call per format (not a function pointer) so each inlines into this
                 // `#[target_feature]` instantiation.
                 match w.ty {
-                    GgmlType::Q4_0 => fused_tile::<S, weights::Q4_0>(x, rb, rb_end, w, m0, out),
-                    GgmlType::Q4_1 => fused_tile::<S, weights::Q4_1>(x, rb, rb_end, w, m0, out),
-                    GgmlType::Q8_0 => fused_tile::<S, weights::Q8_0>(x, rb, rb_end, w, m0, out),
-                    _ => expand_then_multiply::<S>(x, rb, rb_end, w, m0, &mut tile, out),
+                    GgmlType::Q4_0 => fused_tile::<S, weights::Q4_0>(x, rb, rb_end, w, m0, &out),
+                    GgmlType::Q4_1 => fused_tile::<S, weights::Q4_1>(x, rb, rb_end, w, m0, &out),
+                    GgmlType::Q8_0 => fused_tile::<S, weights::Q8_0>(x, rb, rb_end, w, m0, &out),
+                    _ => expand_then_multiply::<S>(x, rb, rb_end, w, m0, &mut tile, &out),
                 }
                 continue;
             }
@@ -92,18 +91,18 @@ fn linear_part_kernel<S: F32x16>(
                 let r = (rb_end - r0).min(4);
                 match (r, c) {
                     (4, 8) => {
-                        micro::<S, 4, 4>(x, r0, &tile, 0, k, out, m, m0);
-                        micro::<S, 4, 4>(x, r0, &tile, 4, k, out, m, m0);
+                        micro::<S, 4, 4>(x, r0, &tile, 0, k, &out, m, m0);
+                        micro::<S, 4, 4>(x, r0, &tile, 4, k, &out, m, m0);
                     }
                     (r, c) => {
                         for ri in 0..r {
                             let mut c0 = 0;
                             while c0 < c {
                                 if c - c0 >= 8 {
-                                    micro::<S, 1, 8>(x, r0 + ri, &tile, c0, k, out, m, m0);
+                                    micro::<S, 1, 8>(x, r0 + ri, &tile, c0, k, &out, m, m0);
                                     c0 += 8;
                                 } else {
-                                    micro::<S, 1, 1>(x, r0 + ri, &tile, c0, k, out, m, m0);
+                                    micro::<S, 1, 1>(x, r0 + ri, &tile, c0, k, &out, m, m0);
                                     c0 += 1;
                                 }
                             }
@@ -155,13 +154,14 @@ fn fused_tile<S: F32x16, F: weights::Block32>(
     r_end: usize,
     w: &CpuWeight,
     m0: usize,
-    out: &mut [f32],
+    out: &SharedOut,
 ) {
     let (m, k) = (w.rows, w.cols);
     let rows = &w.bytes[m0 * w.row_bytes..(m0 + TILE_M) * w.row_bytes];
     for r in r_start..r_end {
         let dots = weights::fused_dot::<S, F, TILE_M>(&x[r * k..(r + 1) * k], rows, w.row_bytes);
-        out[r * m + m0..r * m + m0 + TILE_M].copy_from_slice(&dots);
+        // SAFETY: columns m0..m0 + TILE_M belong to this thread (see `linear`).
+        unsafe { out.part(r * m + m0, TILE_M) }.copy_from_slice(&dots);
     }
 }
 
@@ -174,7 +174,7 @@ fn expand_then_multiply<S: F32x16>(
     w: &CpuWeight,
     m0: usize,
     tile: &mut [f32],
-    out: &mut [f32],
+    out: &SharedOut,
 ) {
     expand_tile::<S>(w, m0, TILE_M, tile);
     for r in r_start..r_end {
@@ -191,7 +191,7 @@ fn micro<S: F32x16, const R: usize, const C: usize>(
     tile: &[f32],
     c0: usize,
     k: usize,
-    out: &mut [f32],
+    out: &SharedOut,
     m: usize,
     m0: usize,
 ) {
@@ -211,8 +211,10 @@ fn micro<S: F32x16, const R: usize, const C: usize>(
         kk += LANES;
     }
     for (r, acc_r) in acc.iter().enumerate() {
-        for (c, a) in acc_r.iter().enumerate() {
-            out[(r0 + r) * m + m0 + c0 + c] = a.hsum();
+        // SAFETY: columns m0 + c0 .. m0 + c0 + C belong to this thread (see `linear`).
+        let dst = unsafe { out.part((r0 + r) * m + m0 + c0, C) };
+        for (d, a) in dst.iter_mut().zip(acc_r) {
+            *d = a.hsum();
         }
     }
 }

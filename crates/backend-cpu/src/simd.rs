@@ -4,48 +4,81 @@
 //! `hsum` — so a kernel written once gives bit-identical results whichever ISA runs it.
 
 #[cfg(target_arch = "x86_64")]
-pub mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub(crate) mod avx512;
 pub mod scalar;
 
 /// Lanes per vector.
 pub const LANES: usize = 16;
 
-/// The instruction set chosen at run time.
+/// The instruction sets the kernels are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
+pub enum IsaKind {
     Avx512,
     Avx2,
     Scalar,
 }
 
+/// An instruction set that the running CPU supports. A value can only be obtained from
+/// [`Isa::detect`], [`Isa::new`] or [`Isa::available`], which check the CPU first — so holding an
+/// `Isa` proves its instructions are safe to execute, which is what `simd_dispatch!` relies on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Isa(IsaKind);
+
+impl std::fmt::Debug for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 impl Isa {
+    /// Portable code: always available.
+    pub const SCALAR: Isa = Isa(IsaKind::Scalar);
+
+    /// Whether this CPU can run `kind`.
+    pub fn cpu_has(kind: IsaKind) -> bool {
+        match kind {
+            IsaKind::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            IsaKind::Avx512 => {
+                Self::cpu_has(IsaKind::Avx2)
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512dq")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// `kind`, if this CPU supports it.
+    pub fn new(kind: IsaKind) -> Option<Isa> {
+        Self::cpu_has(kind).then_some(Isa(kind))
+    }
+
+    /// Every instruction set this CPU supports, best first.
+    pub fn available() -> Vec<Isa> {
+        [IsaKind::Avx512, IsaKind::Avx2, IsaKind::Scalar].into_iter().filter_map(Isa::new).collect()
+    }
+
     /// The best instruction set this CPU supports (`PLUMB_ISA=avx2|scalar` forces a lower one).
     pub fn detect() -> Isa {
-        let forced = std::env::var("PLUMB_ISA").ok();
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx512 = is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512dq")
-                && is_x86_feature_detected!("avx512vl");
-            let avx2 =
-                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-            match forced.as_deref() {
-                Some("scalar") => return Isa::Scalar,
-                Some("avx2") if avx2 => return Isa::Avx2,
-                _ => {}
-            }
-            if avx512 && avx2 {
-                return Isa::Avx512;
-            }
-            if avx2 {
-                return Isa::Avx2;
-            }
-        }
-        let _ = forced;
-        Isa::Scalar
+        let forced = match std::env::var("PLUMB_ISA").ok().as_deref() {
+            Some("scalar") => Some(IsaKind::Scalar),
+            Some("avx2") => Some(IsaKind::Avx2),
+            _ => None,
+        };
+        forced.and_then(Isa::new).unwrap_or_else(|| Self::available()[0])
+    }
+
+    pub fn kind(self) -> IsaKind {
+        self.0
     }
 }
 
@@ -132,13 +165,13 @@ macro_rules! simd_dispatch {
             unsafe fn with_avx2($($arg: $ty),*) $(-> $ret)? {
                 $kernel::<$crate::simd::avx2::Avx2>($($arg),*)
             }
-            match isa {
+            match isa.kind() {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `Isa::Avx512` is only produced by `Isa::detect` after the CPU reported these features.
-                $crate::simd::Isa::Avx512 => unsafe { with_avx512($($arg),*) },
+                // SAFETY: an `Isa` of kind Avx512 exists only once `Isa::cpu_has` saw these features.
+                $crate::simd::IsaKind::Avx512 => unsafe { with_avx512($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `Isa::Avx2` is only produced by `Isa::detect` after the CPU reported these features.
-                $crate::simd::Isa::Avx2 => unsafe { with_avx2($($arg),*) },
+                // SAFETY: an `Isa` of kind Avx2 exists only once `Isa::cpu_has` saw these features.
+                $crate::simd::IsaKind::Avx2 => unsafe { with_avx2($($arg),*) },
                 _ => $kernel::<$crate::simd::scalar::Scalar>($($arg),*),
             }
         }

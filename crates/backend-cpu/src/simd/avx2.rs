@@ -1,6 +1,6 @@
 //! `F32x16` as two AVX2 registers: lanes 0–7 in the first, 8–15 in the second.
 //! Every method is only reachable from kernels instantiated inside `#[target_feature]` entry
-//! points that `Isa::detect` gated on avx2, fma and f16c (see `simd_dispatch!`); that is the
+//! points that `Isa::cpu_has` gated on avx2, fma and f16c (see `simd_dispatch!`); that is the
 //! SAFETY argument for each intrinsic call below.
 
 use super::F32x16;

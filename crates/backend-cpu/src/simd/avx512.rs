@@ -1,6 +1,6 @@
 //! `F32x16` on one AVX-512 register.
 //! Every method is only reachable from kernels instantiated inside `#[target_feature]` entry
-//! points that `Isa::detect` gated on avx512f/bw/dq/vl, f16c and fma (see `simd_dispatch!`);
+//! points that `Isa::cpu_has` gated on avx512f/bw/dq/vl, f16c and fma (see `simd_dispatch!`);
 //! that is the SAFETY argument for each intrinsic call below.
 
 use super::F32x16;
