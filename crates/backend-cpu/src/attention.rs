@@ -8,6 +8,9 @@ use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
 use plumb_core::{ForwardBatch, KvSpec};
 
+/// The largest head the kernel's register accumulators hold.
+pub const MAX_HEAD_DIM: usize = 256;
+
 /// K and V for every layer: [num_slots, num_kv_heads, head_dim] each, f32.
 #[derive(Debug)]
 pub struct CpuKvCache {
@@ -135,7 +138,7 @@ fn attend_head_kernel<S: F32x16>(
         sum = sum.add(S::load(&p));
     }
     let inv = 1.0 / sum.hsum();
-    let mut acc = [S::zero(); 16];
+    let mut acc = [S::zero(); MAX_HEAD_DIM / LANES];
     let nv = head_dim / LANES;
     assert!(nv <= acc.len(), "head_dim above 256 is not supported");
     for (p, &slot) in scores.iter().zip(slots.iter()) {

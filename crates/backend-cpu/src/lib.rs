@@ -264,6 +264,15 @@ impl ElementwiseOps for CpuBackend {
         elementwise::add_into(&mut acc.data, &x.data);
     }
 
+    fn add_bias(&self, x: &mut CpuTensor, bias: &CpuWeight) {
+        let b = bias.dense.as_deref().expect("biases are vectors");
+        assert_eq!(x.cols, b.len(), "add_bias `{}`: shape mismatch", bias.name);
+        // One f32 add per element: the same rounding on every ISA.
+        for row in x.data.chunks_exact_mut(x.cols.max(1)) {
+            elementwise::add_into(row, b);
+        }
+    }
+
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
         assert_eq!((gate.rows, gate.cols), (up.rows, up.cols));
         assert_eq!((gate.rows, gate.cols), (out.rows, out.cols));
@@ -293,6 +302,17 @@ impl RopeOps for CpuBackend {
 }
 
 impl AttentionOps for CpuBackend {
+    fn check_head_dim(&self, head_dim: usize) -> Result<(), BackendError> {
+        if head_dim == 0 || !head_dim.is_multiple_of(simd::LANES) || head_dim > attention::MAX_HEAD_DIM {
+            return Err(BackendError::UnsupportedHeadDim {
+                backend: self.name(),
+                head_dim,
+                why: format!("it needs a multiple of {} up to {}", simd::LANES, attention::MAX_HEAD_DIM),
+            });
+        }
+        Ok(())
+    }
+
     fn write_kv(&self, kv: &mut CpuKvCache, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &ForwardBatch) {
         kv.write(layer, &k.data, &v.data, &batch.slot_mapping);
     }

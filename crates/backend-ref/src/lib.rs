@@ -183,6 +183,16 @@ impl<T: RefFloat> ElementwiseOps for RefBackend<T> {
         }
     }
 
+    fn add_bias(&self, x: &mut RefTensor<T>, bias: &RefTensor<T>) {
+        let c = x.cols;
+        assert_eq!(bias.data.len(), c, "add_bias: bias length");
+        for row in x.data.chunks_exact_mut(c.max(1)) {
+            for (a, &b) in row.iter_mut().zip(&bias.data) {
+                *a = *a + b;
+            }
+        }
+    }
+
     fn silu_mul(&self, gate: &RefTensor<T>, up: &RefTensor<T>, out: &mut RefTensor<T>) {
         for ((o, &g), &u) in out.data.iter_mut().zip(&gate.data).zip(&up.data) {
             *o = g / (T::one() + (T::zero() - g).exp()) * u;

@@ -4,7 +4,7 @@
 //! that RoPE rotates adjacent pairs; the attention layer, not this table, accounts for that.
 
 /// (GGUF suffix within `blk.N.`, Hugging Face suffix within `model.layers.N.`).
-const LAYER_NAMES: [(&str, &str); 13] = [
+const LAYER_NAMES: [(&str, &str); 17] = [
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
@@ -13,6 +13,10 @@ const LAYER_NAMES: [(&str, &str); 13] = [
     ("attn_q.bias", "self_attn.q_proj.bias"),
     ("attn_k.bias", "self_attn.k_proj.bias"),
     ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("attn_output.bias", "self_attn.o_proj.bias"),
+    ("ffn_gate.bias", "mlp.gate_proj.bias"),
+    ("ffn_up.bias", "mlp.up_proj.bias"),
+    ("ffn_down.bias", "mlp.down_proj.bias"),
     ("ffn_norm.weight", "post_attention_layernorm.weight"),
     ("ffn_gate.weight", "mlp.gate_proj.weight"),
     ("ffn_up.weight", "mlp.up_proj.weight"),
@@ -21,10 +25,13 @@ const LAYER_NAMES: [(&str, &str); 13] = [
 ];
 
 /// Whole-model tensors: (GGUF name, Hugging Face name).
-const GLOBAL_NAMES: [(&str, &str); 3] = [
+const GLOBAL_NAMES: [(&str, &str); 4] = [
     ("token_embd.weight", "model.embed_tokens.weight"),
     ("output_norm.weight", "model.norm.weight"),
     ("output.weight", "lm_head.weight"),
+    // GGUF only: llama.cpp's converter bakes Llama-3 RoPE scaling into per-frequency divisors
+    // ([rope_dim / 2]); Hugging Face computes the same from `rope_scaling` in config.json.
+    ("rope_freqs.weight", "model.rope_freqs.weight"),
 ];
 
 /// The Hugging Face name of GGUF tensor `name`, if the table knows it.

@@ -26,6 +26,8 @@ pub enum BackendError {
     UnsupportedType { backend: String, ty: GgmlType, name: String },
     #[error("tensor `{name}`: {why}")]
     BadWeight { name: String, why: String },
+    #[error("backend `{backend}` cannot run attention heads of {head_dim} dimensions ({why})")]
+    UnsupportedHeadDim { backend: String, head_dim: usize, why: String },
 }
 
 /// Shape of a backend tensor.
@@ -85,6 +87,8 @@ pub trait ElementwiseOps: Backend {
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32, out: &mut Self::Tensor);
     /// acc += x.
     fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor);
+    /// x[n, :] += bias for every row n. bias: [1, cols].
+    fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight);
     /// out = silu(gate) · up.
     fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor);
 }
@@ -100,6 +104,12 @@ pub trait RopeOps: Backend {
 
 /// Paged attention.
 pub trait AttentionOps: Backend {
+    /// Whether `attention` takes heads of `head_dim`; a model the backend cannot run is refused at
+    /// load with this error rather than failing mid-step.
+    fn check_head_dim(&self, head_dim: usize) -> Result<(), BackendError> {
+        let _ = head_dim;
+        Ok(())
+    }
     /// Stores each row's K and V ([num_rows, num_kv_heads · head_dim]) at its slot of `layer`.
     fn write_kv(&self, kv: &mut Self::KvCache, layer: usize, k: &Self::Tensor, v: &Self::Tensor, batch: &ForwardBatch);
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
@@ -119,13 +129,14 @@ pub trait AttentionOps: Backend {
 
 /// Every op of the traits above. The conformance suite must have a case for each (a test checks),
 /// so adding an op here without a case fails the build's tests.
-pub const OPS: [&str; 11] = [
+pub const OPS: [&str; 12] = [
     "linear",
     "linear_multi",
     "embed",
     "gather_rows",
     "rms_norm",
     "add",
+    "add_bias",
     "silu_mul",
     "rope_table",
     "rope",

@@ -15,18 +15,40 @@ pub enum ModelError {
     Unsupported(&'static str),
     #[error("tensor `{0}` is missing from the checkpoint")]
     MissingTensor(String),
+    #[error(
+        "the checkpoint holds tensors the graph does not use, so plumb refuses it rather than drop them silently: {}",
+        .0.join(", ")
+    )]
+    UnusedTensors(Vec<String>),
+    #[error("tensor `{name}` {why}")]
+    BadValue { name: String, why: String },
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
     WrongShape { name: String, expected: (usize, usize), actual: (usize, usize) },
-    #[error(
-        "the `{family}` family has not passed its whole-model gate on the `{backend}` backend, so plumb \
-         refuses to run it there. Run `plumb check --backend {backend}` to gate it, or set \
-         PLUMB_EXPERIMENTAL={family} to run it anyway"
-    )]
-    GateNotPassed { family: String, backend: String },
+    #[error("{}", gate_refusal(family, backend, model))]
+    GateNotPassed { family: String, backend: String, model: String },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+/// Backends `plumb check` can gate in this build.
+pub const CHECKABLE_BACKENDS: &[&str] = &["cpu"];
+
+/// The refusal's words: what happened and a command that works.
+fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
+    let head = format!(
+        "the `{family}` family has not passed its whole-model gate on the `{backend}` backend, so plumb refuses to run it there."
+    );
+    if CHECKABLE_BACKENDS.contains(&backend) {
+        format!(
+            "{head} Gate it with `plumb check --model {model} --backend {backend}`, or set PLUMB_EXPERIMENTAL={family} to run it anyway"
+        )
+    } else {
+        format!(
+            "{head} This build cannot gate the `{backend}` backend yet; set PLUMB_EXPERIMENTAL={family} to run it anyway"
+        )
+    }
 }
 
 /// Hugging Face architectures with a family.
@@ -46,13 +68,13 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[("llama", "cpu", "receipts/che
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
-pub fn check_gate(family: &str, backend_kind: &str, experimental: &str) -> Result<(), ModelError> {
+pub fn check_gate(family: &str, backend_kind: &str, experimental: &str, model: &str) -> Result<(), ModelError> {
     let passed = backend_kind == "ref" || GATES_PASSED.iter().any(|&(f, b, _)| f == family && b == backend_kind);
     let opted_in = experimental.split(',').map(str::trim).any(|e| e == family || e == "all");
     if passed || opted_in {
         return Ok(());
     }
-    Err(ModelError::GateNotPassed { family: family.into(), backend: backend_kind.into() })
+    Err(ModelError::GateNotPassed { family: family.into(), backend: backend_kind.into(), model: model.into() })
 }
 
 /// Loads the model in `file` onto `backend`, refusing (before any weight is read) a family that
@@ -73,11 +95,27 @@ pub fn load_model_with<B: FullBackend + 'static>(
     let family = family_of(&config.architecture)
         .ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
     if let Some(experimental) = experimental {
-        check_gate(family, backend.kind(), experimental)?;
+        check_gate(family, backend.kind(), experimental, &file.path().display().to_string())?;
     }
-    let loader = WeightLoader { file, backend };
+    let loader = WeightLoader::new(file, backend);
     match family {
         "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_names_a_command_that_this_build_can_run() {
+        let cpu = check_gate("qwen3", "cpu", "", "model.gguf").unwrap_err().to_string();
+        assert!(cpu.contains("`plumb check --model model.gguf --backend cpu`"), "{cpu}");
+        let cuda = check_gate("llama", "cuda", "", "model.gguf").unwrap_err().to_string();
+        assert!(!cuda.contains("plumb check"), "no command that cannot work: {cuda}");
+        assert!(cuda.contains("PLUMB_EXPERIMENTAL=llama"), "{cuda}");
+        assert!(check_gate("llama", "cpu", "", "m").is_ok());
+        assert!(check_gate("qwen3", "cpu", "x, qwen3", "m").is_ok());
     }
 }

@@ -65,6 +65,12 @@ pub const BOUNDS: &[Bound] = &[
         reason: "one correctly rounded add per element: ≤ u even when the operands cancel",
     },
     Bound {
+        op: "add_bias",
+        metric: Metric::Exact,
+        bound: 0.0,
+        reason: "one float32 add per element, correctly rounded; the float64 sum of two float32 values rounds to the same float32",
+    },
+    Bound {
         op: "silu_mul",
         metric: Metric::Nrms,
         bound: 4e-7,

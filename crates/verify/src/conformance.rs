@@ -192,6 +192,18 @@ fn elementwise_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut V
     let mut want = p.r.upload(&a, 6, 100);
     p.r.add(&mut want, &p.r.upload(&b, 6, 100));
     out.push(nrms_case(p, "add", "cancelling 6x100".into(), &got, &want));
+    for (rows, cols) in [(1, 64), (5, 40)] {
+        let x = activations(rng, rows, cols, Spread::DynamicRange);
+        let bias = activations(rng, 1, cols, Spread::Normal);
+        let bytes = HostBytes::from_vec(bias.iter().flat_map(|v| v.to_le_bytes()).collect());
+        let src = WeightSource { name: "bias".into(), ty: GgmlType::F32, rows: 1, cols, bytes };
+        let (w, wr) = (p.b.load_weight(src.clone()).unwrap(), p.r.load_weight(src).unwrap());
+        let mut got = p.b.upload(&x, rows, cols);
+        p.b.add_bias(&mut got, &w);
+        let mut want = p.r.upload(&x, rows, cols);
+        p.r.add_bias(&mut want, &wr);
+        out.push(nrms_case(p, "add_bias", format!("{rows}x{cols}"), &got, &want));
+    }
     for (rows, cols) in [(1, 1536), (7, 37)] {
         let g: Vec<f32> = activations(rng, rows, cols, Spread::Normal).iter().map(|v| v * 6.0).collect();
         let u = activations(rng, rows, cols, Spread::Normal);

@@ -9,6 +9,16 @@ use crate::{CausalLm, Trace};
 use plumb_checkpoint::ModelConfig;
 use plumb_core::{Backend, ForwardBatch, FullBackend};
 
+/// Llama-3 RoPE scaling as GGUF carries it: per-frequency divisors.
+const ROPE_FREQS: &str = "model.rope_freqs.weight";
+
+/// GGUF tensors a Llama checkpoint may hold that the graph rightly does not read.
+const IGNORED: &[&str] = &[
+    // Old converters stored RoPE's inverse frequencies; they follow from rope_theta and
+    // rope_dim, which the graph uses (llama.cpp ignores them too).
+    "blk.*.attn_rot_embd",
+];
+
 #[derive(Debug)]
 struct Layer<B: Backend> {
     input_layernorm: B::Weight,
@@ -54,14 +64,20 @@ impl<B: FullBackend> Llama<B> {
             true => Some(w.load_shaped("lm_head.weight", c.vocab_size, hidden)?),
             false => None,
         };
-        Ok(Llama {
+        let mut inv_freq = rope::inv_freq(c);
+        if w.has(ROPE_FREQS) {
+            rope::apply_freq_factors(&mut inv_freq, &w.load_host(ROPE_FREQS)?, c)?;
+        }
+        let model = Llama {
             embed_tokens: w.load_shaped("model.embed_tokens.weight", c.vocab_size, hidden)?,
             norm: w.load_shaped("model.norm.weight", 1, hidden)?,
             layers,
             lm_head,
-            inv_freq: rope::inv_freq(c),
+            inv_freq,
             config,
-        })
+        };
+        w.finish(IGNORED)?;
+        Ok(model)
     }
 }
 

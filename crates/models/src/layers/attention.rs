@@ -1,5 +1,6 @@
 //! Grouped-query self-attention over the paged KV cache: project, rotate, store K/V, attend,
-//! project out. The backend owns the cache layout; this layer never sees a block.
+//! project out, with the projections' biases where a checkpoint has them (Qwen2-style Llamas).
+//! The backend owns the cache layout; this layer never sees a block.
 
 use crate::Trace;
 use crate::layers::loader::WeightLoader;
@@ -13,6 +14,8 @@ pub struct Attention<B: Backend> {
     k_proj: B::Weight,
     v_proj: B::Weight,
     o_proj: B::Weight,
+    /// Biases of q, k, v and o, each present or not as the checkpoint has it.
+    biases: [Option<B::Weight>; 4],
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -21,7 +24,15 @@ pub struct Attention<B: Backend> {
 impl<B: FullBackend> Attention<B> {
     pub fn load(w: &WeightLoader<'_, B>, prefix: &str, c: &ModelConfig) -> Result<Self, ModelError> {
         let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        w.backend.check_head_dim(d)?;
+        let bias = |name: &str, len: usize| w.load_optional_vector(&format!("{prefix}.{name}.bias"), len);
         Ok(Attention {
+            biases: [
+                bias("q_proj", h * d)?,
+                bias("k_proj", kvh * d)?,
+                bias("v_proj", kvh * d)?,
+                bias("o_proj", c.hidden_size)?,
+            ],
             q_proj: w.load_shaped(&format!("{prefix}.q_proj.weight"), h * d, c.hidden_size)?,
             k_proj: w.load_shaped(&format!("{prefix}.k_proj.weight"), kvh * d, c.hidden_size)?,
             v_proj: w.load_shaped(&format!("{prefix}.v_proj.weight"), kvh * d, c.hidden_size)?,
@@ -50,6 +61,11 @@ impl<B: FullBackend> Attention<B> {
         let mut k = b.tensor(n, kvh * d);
         let mut v = b.tensor(n, kvh * d);
         b.linear_multi(x, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
+        for (t, bias) in [&mut q, &mut k, &mut v].into_iter().zip(&self.biases) {
+            if let Some(bias) = bias {
+                b.add_bias(t, bias);
+            }
+        }
         b.rope(&mut q, rope, h, d);
         b.rope(&mut k, rope, kvh, d);
         if let Some(t) = trace {
@@ -64,6 +80,9 @@ impl<B: FullBackend> Attention<B> {
         }
         let mut out = b.tensor(n, self.o_proj.rows());
         b.linear(&attn, &self.o_proj, &mut out);
+        if let Some(bias) = &self.biases[3] {
+            b.add_bias(&mut out, bias);
+        }
         out
     }
 }

@@ -120,6 +120,9 @@ impl ElementwiseOps for Faulty {
     fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
         self.inner.add(acc, x)
     }
+    fn add_bias(&self, x: &mut CpuTensor, bias: &CpuWeight) {
+        self.inner.add_bias(x, bias)
+    }
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
         self.inner.silu_mul(gate, up, out)
     }
@@ -147,6 +150,9 @@ impl RopeOps for Faulty {
 }
 
 impl AttentionOps for Faulty {
+    fn check_head_dim(&self, head_dim: usize) -> Result<(), BackendError> {
+        self.inner.check_head_dim(head_dim)
+    }
     fn write_kv(&self, kv: &mut CpuKvCache, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &ForwardBatch) {
         self.inner.write_kv(kv, layer, k, v, batch)
     }

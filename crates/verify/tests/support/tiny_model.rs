@@ -9,9 +9,27 @@ use std::path::PathBuf;
 
 pub const VOCAB: usize = 96;
 
+/// Optional parts of the tiny model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras {
+    /// Biases on every attention and MLP projection.
+    pub biases: bool,
+    /// Llama-3 RoPE scaling as GGUF carries it (`rope_freqs.weight`).
+    pub rope_freqs: bool,
+    /// An extra tensor no graph reads.
+    pub stray_tensor: Option<&'static str>,
+    /// Attention heads (default 4: head_dim 16).
+    pub heads: Option<u32>,
+}
+
 /// Writes the model to a fresh temporary file and returns its path.
 pub fn write(seed: u64) -> PathBuf {
-    let (hidden, ffn, layers, heads, kv_heads) = (64u64, 128u64, 2, 4u32, 2u32);
+    write_with(seed, Extras::default())
+}
+
+/// [`write`] with optional parts.
+pub fn write_with(seed: u64, extras: Extras) -> PathBuf {
+    let (hidden, ffn, layers, heads, kv_heads) = (64u64, 128u64, 2, extras.heads.unwrap_or(4), 2u32);
     let head_dim = hidden / heads as u64;
     let mut rng = Rng::new(seed);
     let mut w = GgufWriter::new();
@@ -49,7 +67,38 @@ pub fn write(seed: u64) -> PathBuf {
         quant(&mut w, &format!("{p}.ffn_down.weight"), GgmlType::Q8_0, ffn, hidden, 0.0);
     }
     quant(&mut w, "output_norm.weight", GgmlType::F32, hidden, 1, 0.1);
-    let path = std::env::temp_dir().join(format!("plumb-tiny-{seed}-{}.gguf", std::process::id()));
+    if extras.biases {
+        for i in 0..layers {
+            let kv = kv_heads as u64 * head_dim;
+            for (name, len) in [
+                ("attn_q", hidden),
+                ("attn_k", kv),
+                ("attn_v", kv),
+                ("attn_output", hidden),
+                ("ffn_gate", ffn),
+                ("ffn_up", ffn),
+                ("ffn_down", hidden),
+            ] {
+                let bytes = (0..len).flat_map(|_| ((0.3 * rng.normal()) as f32).to_le_bytes()).collect();
+                w.tensor(&format!("blk.{i}.{name}.bias"), &[len], GgmlType::F32, bytes);
+            }
+        }
+    }
+    if extras.rope_freqs {
+        // Factors as llama.cpp writes Llama-3 scaling: 1 for high frequencies, up to 8 for low.
+        let half = head_dim / 2;
+        let bytes = (0..half).flat_map(|i| (1.0f32 + 7.0 * i as f32 / (half - 1) as f32).to_le_bytes()).collect();
+        w.tensor("rope_freqs.weight", &[half], GgmlType::F32, bytes);
+    }
+    if let Some(name) = extras.stray_tensor {
+        w.tensor(name, &[16], GgmlType::F32, vec![0; 64]);
+    }
+    let tag = format!("{}{}{}", extras.biases as u8, extras.rope_freqs as u8, extras.heads.unwrap_or(4));
+    let path = std::env::temp_dir().join(format!(
+        "plumb-tiny-{seed}-{tag}-{}-{}.gguf",
+        std::process::id(),
+        extras.stray_tensor.map_or(0, str::len)
+    ));
     std::fs::write(&path, w.to_bytes()).unwrap();
     path
 }
