@@ -12,6 +12,7 @@ pub mod bounds;
 pub mod conformance;
 pub mod gate;
 pub mod inputs;
+pub mod outside;
 pub mod residency;
 
 /// ‖x − r‖ / ‖r‖ (0 when both are zero).
