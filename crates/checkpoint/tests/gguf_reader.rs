@@ -109,7 +109,7 @@ fn zero_size_tensor_with_data_offset_past_the_end_is_an_error() {
     // Cut the padding: the aligned data offset now lies past the end of the file.
     let header_end = bytes.windows(12).position(|x| x == b"empty.weight").unwrap() + 12 + 4 + 8 + 4 + 8;
     bytes.truncate(header_end);
-    let err = open_bytes(&bytes).err().expect("refused").to_string();
+    let err = open_bytes(&bytes).expect_err("refused").to_string();
     assert!(err.contains("past the end of the"), "{err}");
 }
 

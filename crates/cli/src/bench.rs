@@ -27,7 +27,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 512)]
     pub depth: usize,
     /// Runs per test; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub repetitions: usize,
     /// Print the receipt as JSON on stdout.
     #[arg(long)]
@@ -64,6 +64,7 @@ fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = crate::receipt::Started::now();
     let ctx = (args.prompt_len.max(args.depth) + args.gen_len + 1).max(args.model.ctx.unwrap_or(0));
     let model = ModelArgs { ctx: Some(ctx), ..args.model.clone() };
     let mut s = Session::open(&model, args.prompt_len.max(1))?;
@@ -97,7 +98,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         figures[format!("tg{}_at_depth{}_tokens_per_s", args.gen_len, args.depth)] = json!(median(dd.clone()));
         figures["depth_runs"] = json!(dd);
     }
-    let r = receipt::envelope("bench", &s.path, &sha, figures.clone());
+    let r = receipt::envelope("bench", started, &s.path, &sha, figures.clone());
     if let Some(path) = &args.receipt {
         receipt::write(path, &r)?;
         eprintln!("receipt written to {}", path.display());

@@ -11,6 +11,7 @@ use plumb_engine::Request;
 use plumb_sampling::SamplingParams;
 use plumb_verify::conformance::run_suite;
 use plumb_verify::gate::{Control, GateBound, run_gate};
+use plumb_verify::outside::{OutsideFixture, compare};
 use plumb_verify::residency;
 use serde_json::json;
 use std::path::PathBuf;
@@ -22,7 +23,8 @@ pub struct CheckArgs {
     /// The backend to check (only `cpu` exists so far).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
-    /// Two short controls instead of eight plus a 512-token one (a smoke test, not a gate).
+    /// Only the first two controls (64 tokens each) instead of eight plus a 512-token one. Their
+    /// figures equal a full run's exactly, so a quick run reproduces part of a committed receipt.
     #[arg(long)]
     pub quick: bool,
     /// Seed of the conformance inputs (default: from the clock; printed).
@@ -31,6 +33,24 @@ pub struct CheckArgs {
     /// Where to write the receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
     #[arg(long)]
     pub receipt: Option<PathBuf>,
+    /// Golden fixtures from Hugging Face transformers in float64 for this model (default:
+    /// fixtures/smollm2 under the current directory, when it was made from the same file).
+    #[arg(long)]
+    pub fixtures: Option<PathBuf>,
+}
+
+/// The outside reference for the model at `model`, if there is one.
+fn outside_fixture(args: &CheckArgs, model: &std::path::Path) -> Result<Option<OutsideFixture>> {
+    if let Some(dir) = &args.fixtures {
+        return Ok(Some(OutsideFixture::load(dir).map_err(anyhow::Error::msg)?));
+    }
+    let dir = PathBuf::from("fixtures/smollm2");
+    if !dir.join("manifest.json").exists() {
+        return Ok(None);
+    }
+    let fixture = OutsideFixture::load(&dir).map_err(anyhow::Error::msg)?;
+    let same_file = model.file_name().is_some_and(|n| n.to_string_lossy() == fixture.model_file);
+    Ok(same_file.then_some(fixture))
 }
 
 /// The gate's controls: the prompts of the transformers fixtures (fixtures/smollm2), so the
@@ -60,6 +80,7 @@ afford to own one. As a result,";
 const CPU_BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0, near_tie: 1e-3 };
 
 pub fn run(args: &CheckArgs) -> Result<()> {
+    let started = receipt::Started::now();
     if args.backend != "cpu" {
         bail!("backend `{}` is not available; plumb check supports: cpu", args.backend);
     }
@@ -86,7 +107,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
 
     println!("\n== whole-model gate: {} on {} vs float64 ==", session.path.display(), plumb_core::Backend::name(&cpu));
     let (prompts, gen_len, long): (&[&str], usize, bool) =
-        if args.quick { (&PROMPTS[..2], 16, false) } else { (&PROMPTS, 64, true) };
+        if args.quick { (&PROMPTS[..2], 64, false) } else { (&PROMPTS, 64, true) };
     let mut controls: Vec<Control> = prompts
         .iter()
         .enumerate()
@@ -128,6 +149,33 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         gate.floor_worst
     );
 
+    println!("\n== outside reference: Hugging Face transformers in float64 ==");
+    let outside = match outside_fixture(args, &session.path)? {
+        Some(fixture) => {
+            let report = compare(&file, &cpu, &fixture, prompts.len() + usize::from(long), threads)?;
+            println!(
+                "{:<14} {:>9} {:>16} {:>13} {:>13}",
+                "prompt", "positions", "float64 graph", "cpu mean", "cpu worst"
+            );
+            for p in &report.prompts {
+                println!(
+                    "{:<14} {:>9} {:>16.3e} {:>13.3e} {:>13.3e}",
+                    p.name, p.positions, p.reference_nrms_max, p.backend_nrms_mean, p.backend_nrms_max
+                );
+            }
+            println!(
+                "plumb's float64 graph within {:.0e} of transformers on every prompt: {}",
+                report.reference_bound,
+                if report.pass { "pass" } else { "FAIL" }
+            );
+            Some(report)
+        }
+        None => {
+            println!("no transformers fixtures for this model (pass --fixtures DIR to compare)");
+            None
+        }
+    };
+
     println!("\n== residency gate: no file reads or major faults while serving ==");
     let warm = Request {
         prompt: session.tokenizer.encode("Hello", false, false),
@@ -147,7 +195,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         if res.pass { "pass" } else { "FAIL" }
     );
 
-    let pass = conformance_pass && gate.pass && res.pass;
+    let pass = conformance_pass && gate.pass && res.pass && outside.as_ref().is_none_or(|o| o.pass);
     let mut failures: Vec<String> = cases
         .iter()
         .filter(|c| !c.pass)
@@ -155,6 +203,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         .collect();
     failures.extend(gate.failures.iter().cloned());
     failures.extend(res.failures.iter().cloned());
+    failures.extend(outside.iter().flat_map(|o| o.failures.iter().cloned()));
     let family = plumb_models::registry::family_of(&session.engine.model().config().architecture).unwrap_or("unknown");
     let figures = json!({
         "family": family,
@@ -165,11 +214,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         "conformance": cases,
         "gate": gate,
         "residency": res,
+        "outside_reference": outside,
         "pass": pass,
         "failures": failures,
     });
     let sha = sha256_file(&session.path, &NoProgress)?;
-    let r = receipt::envelope("check", &session.path, &sha, figures);
+    let r = receipt::envelope("check", started, &session.path, &sha, figures);
     let path = match &args.receipt {
         Some(p) => p.clone(),
         None => plumb_checkpoint::source::plumb_home()?.join("receipts").join(format!("check-{}.json", args.backend)),

@@ -71,6 +71,7 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 }
 
 pub fn run(args: &PerplexityArgs) -> Result<()> {
+    let started = crate::receipt::Started::now();
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     if args.chunk < 4 {
         bail!("--chunk must be at least 4 tokens");
@@ -120,7 +121,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
             "perplexity": ppl,
         });
         let sha = sha256_file(&s.path, &NoProgress)?;
-        receipt::write(path, &receipt::envelope("perplexity", &s.path, &sha, figures))?;
+        receipt::write(path, &receipt::envelope("perplexity", started, &s.path, &sha, figures))?;
         eprintln!("receipt written to {}", path.display());
     }
     Ok(())

@@ -1,29 +1,17 @@
-//! Receipts: JSON records of a benchmark or gate run — the command, the commit, the machine,
-//! the model's sha256, every figure — written by this invocation.
+//! Receipts: JSON records of a benchmark or gate run — the exact argv, the commit the binary was
+//! built from (and whether its tree was dirty), the binary's own sha256, the machine, the model's
+//! sha256, every figure and a digest of the figures — written by this invocation.
 
+use plumb_checkpoint::source::{NoProgress, sha256_file};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The git commit plumb was built from (or the working tree's, when run from a checkout), with
-/// `+dirty` when tracked files other than receipts differ from it (receipts do not change code).
-pub fn git_commit() -> String {
-    let from_tree = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)receipts"])
-        .output()
-        .ok()
-        .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
-    match from_tree {
-        Some(c) if dirty => format!("{c}+dirty"),
-        Some(c) => c,
-        None => option_env!("PLUMB_GIT_COMMIT").unwrap_or("unknown").to_string(),
-    }
-}
+/// The commit this binary was built from.
+pub const BUILD_COMMIT: &str = env!("PLUMB_BUILD_COMMIT");
+/// Whether tracked files (receipts aside) differed from that commit when it was built.
+pub const BUILD_DIRTY: &str = env!("PLUMB_BUILD_DIRTY");
 
 /// What this machine is: CPU model, cores, memory.
 pub fn machine() -> Value {
@@ -50,17 +38,53 @@ pub fn machine() -> Value {
     })
 }
 
+/// sha256 of `figures` as compact JSON (keys in the order written): lets a reader check that the
+/// figures were not edited after the run.
+pub fn figures_digest(figures: &Value) -> String {
+    format!("{:x}", Sha256::digest(figures.to_string().as_bytes()))
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// When the process started measuring; created at the start of a command.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    unix: f64,
+    at: Instant,
+}
+
+impl Started {
+    pub fn now() -> Self {
+        Started { unix: unix_now(), at: Instant::now() }
+    }
+}
+
 /// The common receipt envelope around `figures`.
-pub fn envelope(kind: &str, model_path: &Path, model_sha256: &str, figures: Value) -> Value {
+pub fn envelope(kind: &str, started: Started, model_path: &Path, model_sha256: &str, figures: Value) -> Value {
+    let binary_sha256 = std::env::current_exe().ok().and_then(|p| sha256_file(&p, &NoProgress).ok());
     json!({
         "kind": kind,
+        "argv": std::env::args().collect::<Vec<_>>(),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "commit": git_commit(),
+        "build": {
+            "commit": BUILD_COMMIT,
+            "dirty": BUILD_DIRTY,
+            "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+            "binary_sha256": binary_sha256,
+        },
         "plumb_version": env!("CARGO_PKG_VERSION"),
         "machine": machine(),
         "model": { "path": model_path.display().to_string(), "sha256": model_sha256 },
-        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "evidence_origin": "current_invocation",
+        "evidence": {
+            "pid": std::process::id(),
+            "started_unix": started.unix,
+            "finished_unix": unix_now(),
+            "wall_secs": started.at.elapsed().as_secs_f64(),
+        },
+        "figures_sha256": figures_digest(&figures),
         "figures": figures,
     })
 }

