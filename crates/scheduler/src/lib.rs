@@ -16,6 +16,8 @@ pub use scheduler::Scheduler;
 pub use sequence::{FinishReason, SeqId, Sequence};
 
 #[cfg(test)]
+mod scheduler_props;
+#[cfg(test)]
 mod scheduler_tests;
 
 /// Limits of one engine.

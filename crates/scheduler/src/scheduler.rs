@@ -149,7 +149,9 @@ impl Scheduler {
     }
 
     /// Releases a running sequence's blocks and puts it at the front of the waiting queue; an
-    /// item already planned for it this step is dropped and its tokens return to the budget.
+    /// item already planned for it this step is dropped and its tokens return to the budget
+    /// (a safety net: with decodes first and FIFO admission, a sequence in prefill is never
+    /// older than a decoding one, so victims are not planned yet).
     fn preempt(&mut self, id: SeqId, plan: &mut StepPlan, budget: &mut usize) {
         if let Some(i) = plan.items.iter().position(|item| item.seq_id == id) {
             let item = plan.items.remove(i);

@@ -376,3 +376,35 @@ fn invalid_configs_are_named() {
     let c = SchedulerConfig { max_lanes: 0, ..config(8, 1, 6) };
     assert_eq!(c.validate(), Err(ConfigError::Zero { name: "max_lanes" }));
 }
+
+#[test]
+fn a_preempted_sequence_recomputes_exactly_its_tokens_then_samples_the_next_position() {
+    let mut s = Scheduler::new(SchedulerConfig { enable_prefix_cache: false, ..config(3, 2, 3) });
+    s.add(seq(1, &[1, 2, 3], 4)).unwrap();
+    s.add(seq(2, &[4, 5, 6, 7, 8], 4)).unwrap();
+    let mut preempted_tokens = None;
+    let mut rows = Vec::new();
+    let mut sampled_after = false;
+    for t in 100..120 {
+        let (p, u) = step(&mut s, t);
+        if p.preempted.contains(&SeqId(2)) {
+            preempted_tokens = Some(s.get(SeqId(2)).unwrap().tokens().to_vec());
+            continue;
+        }
+        let Some(tokens) = &preempted_tokens else { continue };
+        for it in p.items.iter().filter(|it| it.seq_id == SeqId(2)) {
+            rows.extend((it.start..it.end).map(|pos| (pos, tokens[pos])));
+        }
+        // Its first sample after the recompute is for position tokens.len(), as if never preempted.
+        if let Some(u) = u.iter().find(|u| u.seq_id == SeqId(2)) {
+            assert_eq!(u.token, t);
+            assert_eq!(s.get(SeqId(2)).unwrap().tokens().len(), tokens.len() + 1);
+            sampled_after = true;
+            break;
+        }
+    }
+    assert!(sampled_after);
+    let tokens = preempted_tokens.expect("sequence 2 was preempted");
+    let want: Vec<(usize, u32)> = tokens.iter().copied().enumerate().collect();
+    assert_eq!(rows, want, "every position once, in order, with its token");
+}
