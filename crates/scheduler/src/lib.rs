@@ -33,7 +33,8 @@ pub struct SchedulerConfig {
     pub max_batch_tokens: usize,
     /// Longest sequence (prompt + output) the model accepts.
     pub max_model_len: usize,
-    /// Requests that may wait for a lane; `add` refuses more.
+    /// Requests that may wait for a lane; `add` refuses more. (Preempted sequences always
+    /// go back to the queue, even past this bound.)
     pub max_waiting: usize,
     /// Reuse the KV of full blocks whose token prefix was computed before.
     pub enable_prefix_cache: bool,
@@ -96,8 +97,11 @@ pub enum RequestError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanItem {
     pub seq_id: SeqId,
+    /// First position to compute (= the sequence's `num_computed_tokens`).
     pub start: usize,
+    /// One past the last position; the sequence's blocks cover 0..end.
     pub end: usize,
+    /// `end` is the sequence's length: the last row's logits give its next token.
     pub sample: bool,
 }
 
@@ -114,7 +118,9 @@ pub struct StepPlan {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqUpdate {
     pub seq_id: SeqId,
+    /// The sampled token, now appended to the sequence.
     pub token: u32,
+    /// Set when this token ended the sequence (its blocks are released).
     pub finished: Option<FinishReason>,
 }
 

@@ -12,7 +12,7 @@ pub(crate) type BlockHasher = fn(Option<u64>, &[u32], u64) -> u64;
 
 /// The default block hash: a splitmix64 chain over the parent hash (or salt) and the tokens.
 /// Deterministic across runs and machines.
-pub fn hash_block(parent: Option<u64>, tokens: &[u32], salt: u64) -> u64 {
+pub(crate) fn hash_block(parent: Option<u64>, tokens: &[u32], salt: u64) -> u64 {
     let mut h = match parent {
         None => mix(salt ^ 0x0123_4567_89ab_cdef),
         Some(p) => mix(p ^ 0xfedc_ba98_7654_3210),

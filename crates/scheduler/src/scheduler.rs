@@ -52,6 +52,7 @@ impl Scheduler {
         }
     }
 
+    /// The limits it was built with.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
     }
@@ -84,6 +85,7 @@ impl Scheduler {
         // A clone of a scheduled sequence carries bookkeeping that is not its own.
         seq.num_computed_tokens = 0;
         seq.block_table.clear();
+        seq.block_hashes.clear();
         seq.prefix_ids.clear();
         seq.status = Status::Waiting;
         self.waiting.push_back(seq.id);
@@ -91,6 +93,7 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Whether any sequence is waiting or running.
     pub fn has_work(&self) -> bool {
         !self.seqs.is_empty()
     }
