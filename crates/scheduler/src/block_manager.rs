@@ -1,0 +1,200 @@
+//! Sequences' KV blocks: allocation through the pool, sharing through the prefix cache, release,
+//! scratch reservations. Invariant: each block's reference count equals the number of block
+//! tables and reservations holding it.
+//!
+//! Free-queue order (head = allocated next, evicted first):
+//! - at start, every block in id order;
+//! - a released block holding no cached KV joins the head (it has nothing worth keeping);
+//! - a released cached block joins the tail, so cached blocks are evicted least recently
+//!   released first, and only once no uncached free block is left;
+//! - a sequence releases its table last block first: its uncached blocks end at the head in
+//!   table order, and its deeper cached blocks (less likely to be shared) are evicted before
+//!   its first ones;
+//! - a prefix-cache hit on a free block takes it out of the queue.
+
+use crate::block_pool::{BlockPool, FreeEnd};
+use crate::prefix_cache::{BlockHasher, Parent, PrefixCache};
+use crate::sequence::Sequence;
+
+/// Cached blocks a waiting sequence can start from, longest chain first-to-last.
+#[derive(Debug, Default)]
+pub(crate) struct Hit {
+    blocks: Vec<u32>,
+    prefix_ids: Vec<u64>,
+    /// How many of `blocks` sit in the free queue (taking them lowers the free count).
+    num_free: usize,
+}
+
+impl Hit {
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct BlockManager {
+    block_size: usize,
+    enable_prefix_cache: bool,
+    pub(crate) pool: BlockPool,
+    pub(crate) cache: PrefixCache,
+    pub(crate) reserved: Vec<bool>,
+}
+
+impl BlockManager {
+    pub fn new(num_blocks: usize, block_size: usize, enable_prefix_cache: bool, hasher: BlockHasher) -> Self {
+        BlockManager {
+            block_size,
+            enable_prefix_cache,
+            pool: BlockPool::new(num_blocks),
+            cache: PrefixCache::new(num_blocks, hasher),
+            reserved: vec![false; num_blocks],
+        }
+    }
+
+    pub fn num_free(&self) -> usize {
+        self.pool.num_free()
+    }
+
+    /// New blocks `seq` needs so its table covers positions 0..end.
+    pub fn num_needed(&self, seq: &Sequence, end: usize) -> usize {
+        end.div_ceil(self.block_size).saturating_sub(seq.block_table.len())
+    }
+
+    /// The longest chain of cached full blocks of `seq`'s tokens, leaving at least one token to
+    /// compute. Takes nothing.
+    pub fn lookup(&self, seq: &mut Sequence) -> Hit {
+        let mut hit = Hit::default();
+        if !self.enable_prefix_cache {
+            return hit;
+        }
+        let max_blocks = (seq.tokens().len() - 1) / self.block_size;
+        self.extend_hashes(seq, max_blocks);
+        for i in 0..max_blocks {
+            let parent = self.parent(seq, &hit.prefix_ids, i);
+            let Some((block, prefix_id)) = self.cache.find(seq.block_hashes[i], parent, self.block_tokens(seq, i))
+            else {
+                break;
+            };
+            hit.blocks.push(block);
+            hit.prefix_ids.push(prefix_id);
+            hit.num_free += usize::from(self.pool.ref_count(block) == 0);
+        }
+        hit
+    }
+
+    /// Whether `seq` can start from `hit` with its table covering 0..end.
+    pub fn can_admit(&self, hit: &Hit, end: usize) -> bool {
+        let num_new = end.div_ceil(self.block_size) - hit.blocks.len();
+        self.pool.num_free() - hit.num_free >= num_new
+    }
+
+    /// Gives a waiting `seq` the hit blocks (computed) and new blocks up to `end`.
+    pub fn admit(&mut self, seq: &mut Sequence, hit: Hit, end: usize) {
+        debug_assert!(seq.block_table.is_empty() && seq.num_computed_tokens == 0);
+        for &b in &hit.blocks {
+            self.pool.share(b);
+        }
+        seq.num_computed_tokens = hit.blocks.len() * self.block_size;
+        seq.block_table = hit.blocks;
+        seq.prefix_ids = hit.prefix_ids;
+        assert!(self.grow(seq, end), "admission checked the free blocks");
+    }
+
+    /// Extends `seq`'s table to cover 0..end, evicting cached free blocks as needed; `false`
+    /// (and nothing taken) when too few blocks are free.
+    pub fn grow(&mut self, seq: &mut Sequence, end: usize) -> bool {
+        let n = self.num_needed(seq, end);
+        match self.allocate(n) {
+            Some(blocks) => {
+                seq.block_table.extend(blocks);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers every full block of computed tokens not registered yet.
+    pub fn register_full_blocks(&mut self, seq: &mut Sequence) {
+        if !self.enable_prefix_cache {
+            return;
+        }
+        let num_full = seq.num_computed_tokens / self.block_size;
+        self.extend_hashes(seq, num_full);
+        for i in seq.prefix_ids.len()..num_full {
+            let parent = self.parent(seq, &seq.prefix_ids, i);
+            let tokens = &seq.tokens()[i * self.block_size..(i + 1) * self.block_size];
+            let r = self.cache.register(seq.block_table[i], seq.block_hashes[i], parent, tokens);
+            if let Some(d) = r.displaced
+                && self.pool.ref_count(d) == 0
+            {
+                self.pool.move_to_head(d);
+            }
+            seq.prefix_ids.push(r.prefix_id);
+        }
+    }
+
+    /// Returns all of `seq`'s blocks (cached ones stay cached while unreferenced) and resets
+    /// its computed tokens.
+    pub fn release(&mut self, seq: &mut Sequence) {
+        for &b in seq.block_table.iter().rev() {
+            let end = if self.cache.is_cached(b) { FreeEnd::Tail } else { FreeEnd::Head };
+            self.pool.release(b, end);
+        }
+        seq.block_table.clear();
+        seq.prefix_ids.clear();
+        seq.num_computed_tokens = 0;
+    }
+
+    /// `n` scratch blocks outside any sequence, or `None` (nothing taken).
+    pub fn reserve(&mut self, n: usize) -> Option<Vec<u32>> {
+        let blocks = self.allocate(n)?;
+        for &b in &blocks {
+            self.reserved[b as usize] = true;
+        }
+        Some(blocks)
+    }
+
+    /// Returns scratch blocks. Panics, before touching anything, on a block not reserved.
+    pub fn unreserve(&mut self, blocks: &[u32]) {
+        let mut seen = vec![false; self.reserved.len()];
+        for &b in blocks {
+            let ok =
+                self.reserved.get(b as usize).is_some_and(|&r| r) && !std::mem::replace(&mut seen[b as usize], true);
+            assert!(ok, "block {b} is not reserved (or is listed twice): a caller bug");
+        }
+        for &b in blocks.iter().rev() {
+            self.reserved[b as usize] = false;
+            self.pool.release(b, FreeEnd::Head);
+        }
+    }
+
+    fn allocate(&mut self, n: usize) -> Option<Vec<u32>> {
+        let blocks = self.pool.allocate(n)?;
+        for &b in &blocks {
+            self.cache.evict(b);
+        }
+        Some(blocks)
+    }
+
+    fn block_tokens<'s>(&self, seq: &'s Sequence, i: usize) -> &'s [u32] {
+        &seq.tokens()[i * self.block_size..(i + 1) * self.block_size]
+    }
+
+    /// The parent of block `i` of `seq`, given the prefix ids of blocks 0..i.
+    fn parent(&self, seq: &Sequence, prefix_ids: &[u64], i: usize) -> Parent {
+        match i {
+            0 => Parent::Root { salt: seq.cache_salt },
+            _ => Parent::Block { hash: seq.block_hashes[i - 1], prefix_id: prefix_ids[i - 1] },
+        }
+    }
+
+    /// Makes `seq.block_hashes` cover its first `n` full blocks.
+    fn extend_hashes(&self, seq: &mut Sequence, n: usize) {
+        while seq.block_hashes.len() < n {
+            let i = seq.block_hashes.len();
+            let parent = seq.block_hashes.last().copied();
+            let h = self.cache.hash_raw(parent, self.block_tokens(seq, i), seq.cache_salt);
+            seq.block_hashes.push(h);
+        }
+    }
+}
