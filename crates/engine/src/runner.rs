@@ -8,15 +8,19 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
     let block_size = scheduler.config().block_size;
     let mut batch = ForwardBatch { block_size, ..ForwardBatch::default() };
     for (lane, item) in plan.items.iter().enumerate() {
-        let seq = scheduler.get(item.seq_id).expect("planned sequences are running");
-        batch.lanes.push(LaneView { block_table: seq.block_table.clone() });
+        let seq = scheduler.get(item.seq_id).expect("planned sequences are known");
+        batch.lanes.push(LaneView { block_table: seq.block_table().to_vec() });
         for pos in item.start..item.end {
-            batch.push_row(lane, seq.tokens[pos], pos);
+            batch.push_row(lane, seq.tokens()[pos], pos);
         }
         if item.sample {
             batch.logits_rows.push(batch.token_ids.len() as u32 - 1);
         }
     }
-    debug_assert_eq!(batch.validate(), Ok(()));
+    // Cheap next to the step it guards, so it runs in release builds too: a batch that breaks
+    // the invariant would make attention read another request's K/V.
+    if let Err(e) = batch.validate() {
+        panic!("the runner built an invalid batch (a scheduler bug): {e}");
+    }
     batch
 }

@@ -72,7 +72,7 @@ fn greedy_continuations_match_float32_reference() {
     for p in m["prompts"].as_array().unwrap() {
         let prompt = ids(&p["prompt_ids"]);
         let want = ids(&p["greedy_f32"]);
-        let req = Request { prompt, params: SamplingParams::greedy(), max_tokens: want.len(), stop_ids: vec![] };
+        let req = Request::new(prompt, SamplingParams::greedy(), want.len(), vec![]);
         let id = engine.add_request(req).unwrap();
         let mut got = Vec::new();
         while engine.has_work() {

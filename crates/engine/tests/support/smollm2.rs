@@ -28,6 +28,8 @@ pub fn engine(file: &GgufFile, threads: usize, ctx: usize, max_lanes: usize) -> 
         max_lanes,
         max_batch_tokens: 256,
         max_model_len: ctx,
+        max_waiting: 64,
+        enable_prefix_cache: true,
     };
     Engine::new(backend, model, config)
 }
