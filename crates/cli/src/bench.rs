@@ -35,10 +35,21 @@ pub struct BenchArgs {
     /// Also write the receipt to this file.
     #[arg(long)]
     pub receipt: Option<PathBuf>,
+    /// Serve N requests at once for each N listed (e.g. 1,4,8,16) through the lanes engine and
+    /// report aggregate tokens/s, time to first token and inter-token latency percentiles
+    /// (prompts of --prompt-len, --gen-len tokens each) instead of the pp/tg tests.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Option<Vec<usize>>,
+    /// With --concurrency: draw throughput and latency against concurrency as SVG into this file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// With --plot: a peer's concurrency receipt (tools/bench/peer-llamaserver.sh) to draw beside plumb.
+    #[arg(long)]
+    pub peer: Option<PathBuf>,
 }
 
 /// Deterministic pseudo-random token ids below `vocab` (llama-bench also uses random tokens).
-fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+pub fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     (0..n as u64).map(|i| (plumb_sampling::uniform(seed, i) * vocab as f64) as u32).collect()
 }
 
@@ -49,7 +60,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Seconds to prefill `prompt` and, separately, to decode `gen` more tokens.
 fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result<(f64, f64)> {
-    let req = Request { prompt, params: SamplingParams::greedy(), max_tokens: num_gen + 1, stop_ids: vec![] };
+    let req = Request::new(prompt, SamplingParams::greedy(), num_gen + 1, vec![]);
     s.engine.add_request(req)?;
     let start = Instant::now();
     let mut first = None;
@@ -64,6 +75,9 @@ fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(levels) = &args.concurrency {
+        return crate::bench_lanes::run(args, levels);
+    }
     let started = crate::receipt::Started::now();
     let ctx = (args.prompt_len.max(args.depth) + args.gen_len + 1).max(args.model.ctx.unwrap_or(0));
     let model = ModelArgs { ctx: Some(ctx), ..args.model.clone() };

@@ -2,9 +2,11 @@
 //! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
 
 mod bench;
+mod bench_lanes;
 mod check;
 mod inspect;
 mod perplexity;
+mod plot;
 mod progress;
 mod receipt;
 mod run;

@@ -76,7 +76,7 @@ pub fn generate(
 ) -> Result<(Vec<u32>, GenStats)> {
     let stop_ids = s.tokenizer.spec().eog_ids.clone();
     let prompt_tokens = prompt.len();
-    let req = Request { prompt, params: sample.params(), max_tokens: sample.max_tokens, stop_ids };
+    let req = Request::new(prompt, sample.params(), sample.max_tokens, stop_ids);
     let id = s.engine.add_request(req)?;
     let mut decoder = StreamDecoder::new(&s.tokenizer, true);
     let mut generated = Vec::new();

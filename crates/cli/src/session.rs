@@ -60,6 +60,8 @@ impl Session {
             max_lanes: 1,
             max_batch_tokens,
             max_model_len: ctx,
+            max_waiting: 1,
+            enable_prefix_cache: true,
         };
         let engine = Engine::new(backend, model, config);
         eprintln!(

@@ -1,0 +1,154 @@
+//! `plumb bench --concurrency 1,4,8,16`: N independent requests decoding together through the
+//! threaded lanes engine, as a server would run them. Per concurrency: aggregate tokens/s, time
+//! to first token and inter-token latency percentiles (p50/p90/p99), written as a receipt with an
+//! SVG plot; a peer receipt (llama-server, same prompts and lengths) can be drawn beside it.
+
+use crate::bench::BenchArgs;
+use crate::{plot, receipt};
+use anyhow::{Context, Result, bail};
+use plumb_backend_cpu::CpuBackend;
+use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_core::Backend;
+use plumb_engine::{Engine, EngineHandle, Event, Request};
+use plumb_sampling::SamplingParams;
+use plumb_scheduler::SchedulerConfig;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+/// One request's timings, in seconds from the submission of the whole round.
+struct Timings {
+    first: f64,
+    tokens: Vec<f64>,
+}
+
+/// The value below which `q` of `v` lies (nearest rank), in milliseconds.
+fn percentile_ms(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    s[rank - 1] * 1e3
+}
+
+fn percentiles(v: &[f64]) -> Value {
+    json!({ "p50": percentile_ms(v, 0.5), "p90": percentile_ms(v, 0.9), "p99": percentile_ms(v, 0.99) })
+}
+
+/// Runs `n` requests at once and returns each one's timings.
+fn round(handle: &EngineHandle, prompts: &[Vec<u32>], gen_len: usize) -> Result<Vec<Timings>> {
+    let start = Instant::now();
+    let streams = prompts
+        .iter()
+        .map(|p| handle.submit(Request::new(p.clone(), SamplingParams::greedy(), gen_len, vec![])))
+        .collect::<Result<Vec<_>, _>>()?;
+    let threads: Vec<_> = streams
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                let mut t = Timings { first: 0.0, tokens: Vec::new() };
+                while let Some(e) = s.blocking_next() {
+                    match e {
+                        Event::Token(_) => t.tokens.push(start.elapsed().as_secs_f64()),
+                        Event::Failed(e) => return Err(anyhow::anyhow!("{e}")),
+                    }
+                }
+                t.first = t.tokens.first().copied().unwrap_or(0.0);
+                Ok(t)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?).collect()
+}
+
+/// Figures of one concurrency level.
+fn figures(n: usize, t: &[Timings]) -> Value {
+    let generated: usize = t.iter().map(|r| r.tokens.len()).sum();
+    let end = t.iter().filter_map(|r| r.tokens.last()).fold(0f64, |a, &b| a.max(b));
+    let first = t.iter().map(|r| r.first).fold(f64::INFINITY, f64::min);
+    let ttft: Vec<f64> = t.iter().map(|r| r.first).collect();
+    let itl: Vec<f64> = t.iter().flat_map(|r| r.tokens.windows(2).map(|w| w[1] - w[0])).collect();
+    json!({
+        "concurrency": n,
+        "generated_tokens": generated,
+        "wall_secs": end,
+        "aggregate_tokens_per_s": generated as f64 / end,
+        // Tokens after each request's first, over the span in which requests were decoding.
+        "aggregate_decode_tokens_per_s": (generated - t.len()) as f64 / (end - first),
+        "ttft_ms": percentiles(&ttft),
+        "itl_ms": percentiles(&itl),
+    })
+}
+
+pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
+    let started = receipt::Started::now();
+    if levels.is_empty() || levels.contains(&0) {
+        bail!("--concurrency takes a list of positive counts, e.g. 1,4,8,16");
+    }
+    let path = crate::resolve_model(args.model.model.as_deref())?;
+    let file = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let backend = CpuBackend::new(args.model.threads);
+    let model = plumb_models::load_model(&file, &backend)?;
+    let vocab = model.config().vocab_size;
+    let lanes = *levels.iter().max().expect("non-empty");
+    let per_request = args.prompt_len + args.gen_len + 1;
+    let config = SchedulerConfig {
+        block_size: crate::session::BLOCK_SIZE,
+        num_blocks: (lanes * per_request).div_ceil(crate::session::BLOCK_SIZE) + lanes,
+        max_lanes: lanes,
+        max_batch_tokens: 512,
+        max_model_len: per_request,
+        max_waiting: lanes,
+        enable_prefix_cache: true,
+    };
+    let backend_name = backend.name();
+    let threads = backend.num_threads();
+    let handle = EngineHandle::spawn(Engine::new(backend, model, config), lanes);
+    eprintln!("benchmarking {} lanes on {backend_name} ...", path.display());
+    round(&handle, &[crate::bench::tokens(16, vocab, 99)], 2)?;
+    let mut results = Vec::new();
+    for (level, &n) in levels.iter().enumerate() {
+        // Distinct random prompts: no prefix-cache hits between requests or rounds.
+        let prompts: Vec<Vec<u32>> = (0..n)
+            .map(|i| crate::bench::tokens(args.prompt_len, vocab, 10_000 * (level as u64 + 1) + i as u64))
+            .collect();
+        let f = figures(n, &round(&handle, &prompts, args.gen_len)?);
+        eprintln!(
+            "{n:>3} concurrent: {:>7.1} tokens/s aggregate ({:.1} decoding), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
+            f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
+            f["aggregate_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+            f["ttft_ms"]["p50"].as_f64().unwrap_or(0.0),
+            f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
+            f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
+        );
+        results.push(f);
+    }
+    let figures = json!({
+        "backend": backend_name,
+        "threads": threads,
+        "prompt_len": args.prompt_len,
+        "gen_len": args.gen_len,
+        "sampling": "greedy, end-of-turn ignored",
+        "levels": results,
+    });
+    let sha = sha256_file(&path, &NoProgress)?;
+    let r = receipt::envelope("bench-concurrency", started, &path, &sha, figures.clone());
+    if let Some(out) = &args.receipt {
+        receipt::write(out, &r)?;
+        eprintln!("receipt written to {}", out.display());
+    }
+    if let Some(svg) = &args.plot {
+        let peer = match &args.peer {
+            Some(p) => Some(serde_json::from_str::<Value>(&std::fs::read_to_string(p)?)?),
+            None => None,
+        };
+        std::fs::write(svg, plot::concurrency_svg(&figures, peer.as_ref().map(|p| &p["figures"])))?;
+        eprintln!("plot written to {}", svg.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    Ok(())
+}
