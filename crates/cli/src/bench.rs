@@ -50,7 +50,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Seconds to prefill `prompt` and, separately, to decode `gen` more tokens.
 fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result<(f64, f64)> {
-    let req = Request { prompt, params: SamplingParams::greedy(), max_tokens: num_gen + 1, stop_ids: vec![] };
+    let req = Request::new(prompt, SamplingParams::greedy(), num_gen + 1, vec![]);
     s.engine.add_request(req)?;
     let start = Instant::now();
     let mut first = None;

@@ -177,15 +177,10 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     };
 
     println!("\n== residency gate: no file reads or major faults while serving ==");
-    let warm = Request {
-        prompt: session.tokenizer.encode("Hello", false, false),
-        params: SamplingParams::greedy(),
-        max_tokens: 8,
-        stop_ids: vec![],
-    };
+    let warm = Request::new(session.tokenizer.encode("Hello", false, false), SamplingParams::greedy(), 8, vec![]);
     generate(&mut session, warm);
     let prompt = session.tokenizer.encode(LONG_CONTROL, false, false);
-    let serve = Request { prompt, params: SamplingParams::greedy(), max_tokens: 256, stop_ids: vec![] };
+    let serve = Request::new(prompt, SamplingParams::greedy(), 256, vec![]);
     let res = residency::measure(256, || generate(&mut session, serve));
     println!(
         "256 tokens: {} bytes read from files, {} from storage, {} major faults: {}",

@@ -160,7 +160,7 @@ pub fn generate(
     let room = ctx.saturating_sub(prompt_tokens);
     let max_tokens = sample.max_tokens.map_or(room, |n| n.min(room));
     let stop_ids = s.tokenizer.spec().eog_ids.clone();
-    let id = s.engine.add_request(Request { prompt, params: sample.params(), max_tokens, stop_ids })?;
+    let id = s.engine.add_request(Request::new(prompt, sample.params(), max_tokens, stop_ids))?;
     let mut decoder = StreamDecoder::new(&s.tokenizer, true);
     let mut stops = StopMatcher::new(sample.stop.iter().cloned());
     let mut meter = PrefillMeter::new(prompt_tokens, step_tokens);

@@ -63,6 +63,9 @@ impl Session {
             max_lanes: 1,
             max_batch_tokens,
             max_model_len: ctx,
+            max_waiting: 16,
+            // A chat's earlier turns are computed once: each new turn reuses their KV.
+            enable_prefix_cache: true,
         };
         let engine = Engine::new(backend, model, config);
         eprintln!(
