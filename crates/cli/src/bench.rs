@@ -2,6 +2,7 @@
 //! (pp: a prompt of random tokens in one pass; tg: tokens generated one at a time from an empty
 //! context; plus decode at a given context depth). Median of several runs, written as a receipt.
 
+use crate::counts;
 use crate::receipt;
 use crate::session::{ModelArgs, Session};
 use anyhow::Result;
@@ -18,21 +19,21 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prompt tokens for the prefill test (pp).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = counts::positive)]
     pub prompt_len: usize,
     /// Tokens generated for the decode test (tg).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, allow_negative_numbers = true, value_parser = counts::positive)]
     pub gen_len: usize,
     /// Context depth for the decode-at-depth test (0 = skip).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = counts::non_negative)]
     pub depth: usize,
     /// Runs per test; the median is reported.
-    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = counts::positive)]
     pub repetitions: usize,
-    /// Print the receipt as JSON on stdout.
+    /// Print the receipt as JSON on stdout (written to a file only with --receipt).
     #[arg(long)]
     pub json: bool,
-    /// Also write the receipt to this file.
+    /// Write the receipt to this file (no receipt is written without it).
     #[arg(long)]
     pub receipt: Option<PathBuf>,
     /// Serve N requests at once for each N listed (e.g. 1,4,8,16) through the lanes engine and

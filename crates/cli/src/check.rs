@@ -28,7 +28,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub quick: bool,
     /// Seed of the conformance inputs (default: from the clock; printed).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::counts::non_negative_u64)]
     pub seed: Option<u64>,
     /// Where to write the receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
     #[arg(long)]

@@ -84,7 +84,14 @@ fn mb(bytes: u64) -> String {
 pub fn run(model: Option<&str>, json: bool) -> Result<()> {
     let path = crate::resolve_model(model)?;
     let file = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let r = report(&file)?;
+    let r = match report(&file) {
+        Ok(r) => r,
+        Err(e) => {
+            // An architecture plumb does not run explains more than a metadata key it lacks.
+            crate::session::check_architecture(&file)?;
+            return Err(e);
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());

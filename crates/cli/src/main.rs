@@ -3,7 +3,10 @@
 
 mod bench;
 mod bench_lanes;
+mod cache;
+mod chat;
 mod check;
+mod counts;
 mod inspect;
 mod perplexity;
 mod plot;
@@ -11,6 +14,7 @@ mod progress;
 mod receipt;
 mod run;
 mod session;
+mod signals;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -27,24 +31,22 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Fetch a model into the cache (default: SmolLM2-135M-Instruct Q4_1) and verify its checksum.
+    /// Fetch a known model into the cache and verify its checksum (default: SmolLM2-135M-Instruct Q4_1).
     Pull {
-        /// A known model name (see `plumb pull --help`); default: smollm2-135m-instruct.
+        #[arg(help = known_models_help())]
         model: Option<String>,
     },
-    /// Generate text from a prompt, streamed as it is produced (through the chat template unless --raw).
-    Run {
-        #[command(flatten)]
-        model: session::ModelArgs,
-        #[command(flatten)]
-        sample: run::SampleArgs,
-        /// Send the prompt as plain text instead of a chat turn.
-        #[arg(long)]
-        raw: bool,
-        /// The prompt, e.g. "What is the capital of France?"
-        prompt: String,
+    /// List the cached models: name, size, architecture, and whether its family passed its gate here.
+    List,
+    /// Remove a cached model (and its checksum stamp); refuses files outside the cache.
+    Rm {
+        /// A cached model: its file name as `plumb list` shows it (with or without .gguf), a known
+        /// name, or a path to a file in the cache.
+        model: String,
     },
-    /// Chat interactively; end input (Ctrl-D) to leave.
+    /// Generate text from a prompt, streamed as it is produced (through the chat template unless --raw).
+    Run(run::RunArgs),
+    /// Chat interactively (/help lists the commands); Ctrl-D or /bye leaves.
     Chat {
         #[command(flatten)]
         model: session::ModelArgs,
@@ -54,9 +56,11 @@ enum Command {
         #[arg(long)]
         system: Option<String>,
     },
-    /// Measure prefill and decode speed (median of runs) and write a receipt.
+    /// Measure prefill and decode speed (median of runs); a receipt is written only with
+    /// --receipt FILE (--json prints it).
     Bench(bench::BenchArgs),
-    /// Run the conformance suite, the whole-model gate and the residency gate; write a receipt.
+    /// Run the conformance suite, the whole-model gate and the residency gate; always writes a
+    /// receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
     Check(check::CheckArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
@@ -68,6 +72,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `pull`'s MODEL help: the names it knows.
+fn known_models_help() -> String {
+    let m = &source::DEFAULT_MODEL;
+    format!(
+        "A known model name: {} (all {}, {:.1} MB); default: {}",
+        m.aliases.join(", "),
+        m.display_name,
+        m.size as f64 / 1e6,
+        m.aliases[0]
+    )
 }
 
 /// Resolves `--model` to a file, pulling the default model on first use.
@@ -99,8 +115,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Inspect { model, json } => inspect::run(model.as_deref(), json),
-        Command::Run { model, sample, raw, prompt } => run::run(&model, &sample, raw, &prompt),
-        Command::Chat { model, sample, system } => run::chat(&model, &sample, system.as_deref()),
+        Command::List => cache::list(),
+        Command::Rm { model } => cache::rm(&model),
+        Command::Run(args) => run::run(&args),
+        Command::Chat { model, sample, system } => chat::chat(&model, &sample, system.as_deref()),
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Check(args) => check::run(&args),
@@ -108,6 +126,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    signals::restore_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! non-overlapping chunks of `ctx` tokens (BOS first when the model adds one), each scored on
 //! its second half — so engines can be compared with one number.
 
+use crate::counts;
 use crate::receipt;
 use crate::session::{ModelArgs, Session};
 use anyhow::{Context, Result, bail};
@@ -18,10 +19,10 @@ pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Tokens per chunk.
-    #[arg(long = "chunk", default_value_t = 512)]
+    #[arg(long = "chunk", default_value_t = 512, allow_negative_numbers = true, value_parser = counts::positive)]
     pub chunk: usize,
     /// Score at most this many chunks (default: all).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = counts::positive)]
     pub chunks: Option<usize>,
     /// Compute on the float64 reference backend instead (slow: for gating the figure).
     #[arg(long)]
@@ -89,7 +90,11 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     let first = args.chunk / 2;
     let reference = if args.reference { Some(Reference::load(&GgufFile::open(&s.path)?)?) } else { None };
     let (mut total, mut count) = (0f64, 0usize);
-    eprintln!("perplexity over {num_chunks} chunks of {} tokens, scoring the second half of each", args.chunk);
+    eprintln!(
+        "perplexity over {} of {} tokens, scoring the second half of each",
+        counts::plural(num_chunks, "chunk", "chunks"),
+        args.chunk
+    );
     for c in 0..num_chunks {
         let mut chunk = tokens[c * args.chunk..(c + 1) * args.chunk].to_vec();
         if let Some(b) = bos {
@@ -109,7 +114,10 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     eprintln!();
     let ppl = (total / count as f64).exp();
     let backend = if args.reference { "ref (float64)".to_string() } else { s.engine.backend().name() };
-    println!("perplexity {ppl:.4} over {num_chunks} chunks ({count} scored tokens) on {backend}");
+    println!(
+        "perplexity {ppl:.4} over {} ({count} scored tokens) on {backend}",
+        counts::plural(num_chunks, "chunk", "chunks")
+    );
     if let Some(path) = &args.receipt {
         let text_sha = sha256_file(&args.file, &NoProgress)?;
         let figures = json!({

@@ -23,8 +23,11 @@ fn series(figures: &Value, key: &str, sub: Option<&str>) -> Vec<(f64, f64)> {
         .unwrap_or_default()
 }
 
+/// A named, coloured line of (x, y) points.
+type Line<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
 /// One panel: axes, ticks and a polyline per series, at (x0, y0) of size w × h.
-fn panel(svg: &mut String, x0: f64, title: &str, lines: &[(&str, &str, Vec<(f64, f64)>)]) {
+fn panel(svg: &mut String, x0: f64, title: &str, lines: &[Line<'_>]) {
     let (y0, w, h) = (40.0, 380.0, 260.0);
     let all: Vec<(f64, f64)> = lines.iter().flat_map(|l| l.2.iter().copied()).collect();
     let xmax = all.iter().map(|p| p.0).fold(1.0, f64::max);

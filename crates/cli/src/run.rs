@@ -1,11 +1,16 @@
-//! `plumb run` and `plumb chat`: generate text, streamed as it is produced.
+//! `plumb run`: generate text from one prompt, streamed as it is produced; and [`generate`], the
+//! one generation loop that `run` and `chat` share (prefill meter, stop strings, Ctrl-C, limits).
 
+use crate::counts;
+use crate::progress::PrefillMeter;
 use crate::session::{ModelArgs, Session};
+use crate::signals::CatchInterrupt;
 use anyhow::{Context, Result, bail};
 use plumb_engine::{FinishReason, Request};
 use plumb_sampling::SamplingParams;
-use plumb_tokenizer::{ChatMessage, StreamDecoder};
-use std::io::{BufRead, Write};
+use plumb_tokenizer::{ChatMessage, StopMatcher, StopStep, StreamDecoder};
+use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Sampling options.
@@ -15,7 +20,7 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep the K most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, allow_negative_numbers = true, value_parser = counts::non_negative)]
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability reaches P (1 = off).
     #[arg(long, default_value_t = 0.95)]
@@ -33,11 +38,14 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// Random seed (default: from the clock).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = counts::non_negative_u64)]
     pub seed: Option<u64>,
-    /// Most tokens to generate.
-    #[arg(long, short = 'n', default_value_t = 256)]
-    pub max_tokens: usize,
+    /// Most tokens to generate (default: until the model ends its turn or the context is full).
+    #[arg(long, short = 'n', value_name = "N", allow_negative_numbers = true, value_parser = counts::positive)]
+    pub max_tokens: Option<usize>,
+    /// Stop before this text (it is not printed); may be given several times.
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
 }
 
 impl SampleArgs {
@@ -58,49 +66,159 @@ impl SampleArgs {
     }
 }
 
-/// Figures of one generation.
+/// `plumb run`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+    /// Send the prompt as plain text instead of a chat turn.
+    #[arg(long)]
+    pub raw: bool,
+    /// Read the prompt from this file (trailing newlines are dropped).
+    #[arg(long, short = 'f', value_name = "FILE", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
+    /// The prompt, e.g. "What is the capital of France?"; `-` reads it from standard input.
+    pub prompt: Option<String>,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The model generated an end-of-turn token.
+    EndOfTurn,
+    /// `-n` tokens were generated.
+    MaxTokens(usize),
+    /// Prompt and answer filled the context of this many tokens.
+    ContextFull(usize),
+    /// A `--stop` string came.
+    StopText,
+    /// Ctrl-C.
+    Interrupted,
+}
+
+impl std::fmt::Display for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finish::EndOfTurn => write!(f, "stopped at end of turn"),
+            Finish::MaxTokens(n) => write!(f, "reached -n {n}"),
+            Finish::ContextFull(n) => write!(f, "context full ({n} tokens)"),
+            Finish::StopText => write!(f, "stopped at a --stop string"),
+            Finish::Interrupted => write!(f, "stopped by Ctrl-C"),
+        }
+    }
+}
+
+/// The prompt leaves no room for an answer in the context.
+#[derive(Debug)]
+pub struct NoRoom {
+    pub prompt_len: usize,
+    pub ctx: usize,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the prompt has {} tokens, which leaves no room for an answer in the context of {} tokens; \
+             shorten the prompt or raise --ctx",
+            self.prompt_len, self.ctx
+        )
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+/// Figures of one generation, and the text shown.
+#[derive(Debug)]
 pub struct GenStats {
     pub prompt_tokens: usize,
     pub generated: usize,
     pub prefill_secs: f64,
     pub decode_secs: f64,
-    pub finish: Option<FinishReason>,
+    pub finish: Finish,
+    /// What was written to the output (stop strings excluded).
+    pub text: String,
 }
 
-/// Generates from `prompt` ids, writing text to `out` as it comes; returns the ids generated.
+/// Generates from `prompt` ids, writing text to `out` as it comes: until the model ends its
+/// turn, `-n` tokens, a stop string, Ctrl-C (when `interrupt` is given) or a full context.
 pub fn generate(
     s: &mut Session,
     prompt: Vec<u32>,
     sample: &SampleArgs,
+    interrupt: Option<&CatchInterrupt>,
     out: &mut dyn Write,
-) -> Result<(Vec<u32>, GenStats)> {
-    let stop_ids = s.tokenizer.spec().eog_ids.clone();
+) -> Result<GenStats> {
     let prompt_tokens = prompt.len();
-    let req = Request::new(prompt, sample.params(), sample.max_tokens, stop_ids);
-    let id = s.engine.add_request(req)?;
+    let config = s.engine.scheduler_config();
+    let (ctx, step_tokens) = (config.max_model_len.min(config.num_blocks * config.block_size), config.max_batch_tokens);
+    if prompt_tokens >= ctx && prompt_tokens > 0 {
+        return Err(NoRoom { prompt_len: prompt_tokens, ctx }.into());
+    }
+    let room = ctx.saturating_sub(prompt_tokens);
+    let max_tokens = sample.max_tokens.map_or(room, |n| n.min(room));
+    let stop_ids = s.tokenizer.spec().eog_ids.clone();
+    let id = s.engine.add_request(Request::new(prompt, sample.params(), max_tokens, stop_ids))?;
     let mut decoder = StreamDecoder::new(&s.tokenizer, true);
-    let mut generated = Vec::new();
+    let mut stops = StopMatcher::new(sample.stop.iter().cloned());
+    let mut meter = PrefillMeter::new(prompt_tokens, step_tokens);
+    let (mut text, mut generated, mut finish) = (String::new(), 0, None);
     let start = Instant::now();
     let mut first_token_at = None;
-    let mut finish = None;
-    while s.engine.has_work() {
-        for u in s.engine.step() {
-            if u.seq_id != id {
-                continue;
+    while s.engine.has_work() && finish.is_none() {
+        if interrupt.is_some_and(CatchInterrupt::take) {
+            s.engine.abort(id);
+            finish = Some(Finish::Interrupted);
+            break;
+        }
+        for u in s.engine.step().into_iter().filter(|u| u.seq_id == id) {
+            if first_token_at.is_none() {
+                meter.clear();
+                first_token_at = Some(start.elapsed().as_secs_f64());
             }
-            first_token_at.get_or_insert_with(|| start.elapsed().as_secs_f64());
-            generated.push(u.token);
-            out.write_all(decoder.push(u.token)?.as_bytes())?;
+            generated += 1;
+            let piece = match stops.push(&decoder.push(u.token)?) {
+                StopStep::Continue(piece) => piece,
+                StopStep::Stopped { text: piece, .. } => {
+                    s.engine.abort(id);
+                    finish = Some(Finish::StopText);
+                    piece
+                }
+            };
+            out.write_all(piece.as_bytes())?;
             out.flush()?;
-            finish = u.finished;
+            text.push_str(&piece);
+            finish = finish.or(match u.finished {
+                Some(FinishReason::Stop) => Some(Finish::EndOfTurn),
+                Some(FinishReason::Length) if generated < room => Some(Finish::MaxTokens(generated)),
+                Some(FinishReason::Length) => Some(Finish::ContextFull(ctx)),
+                None => None,
+            });
+        }
+        if first_token_at.is_none() {
+            meter.update(s.engine.num_computed_tokens(id).unwrap_or(0));
         }
     }
-    out.write_all(decoder.finish().as_bytes())?;
+    if finish != Some(Finish::StopText) {
+        let tail = match stops.push(&decoder.finish()) {
+            StopStep::Continue(t) => t + &stops.finish(),
+            StopStep::Stopped { text, .. } => text,
+        };
+        out.write_all(tail.as_bytes())?;
+        text.push_str(&tail);
+    }
     let total = start.elapsed().as_secs_f64();
     let prefill_secs = first_token_at.unwrap_or(total);
-    let stats =
-        GenStats { prompt_tokens, generated: generated.len(), prefill_secs, decode_secs: total - prefill_secs, finish };
-    Ok((generated, stats))
+    Ok(GenStats {
+        prompt_tokens,
+        generated,
+        prefill_secs,
+        decode_secs: total - prefill_secs,
+        finish: finish.unwrap_or(Finish::Interrupted),
+        text,
+    })
 }
 
 /// This process's resident memory in bytes (Linux; 0 elsewhere).
@@ -113,25 +231,18 @@ pub fn resident_bytes() -> u64 {
 fn print_stats(st: &GenStats) {
     let decode_rate = if st.generated > 1 { (st.generated - 1) as f64 / st.decode_secs } else { 0.0 };
     eprintln!(
-        "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; resident {:.1} MB; {}]",
-        st.prompt_tokens,
+        "\n[{}, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; resident {:.1} MB; {}]",
+        counts::plural(st.prompt_tokens, "prompt token", "prompt tokens"),
         st.prompt_tokens as f64 / st.prefill_secs,
         st.generated,
         decode_rate,
         resident_bytes() as f64 / 1e6,
-        match st.finish {
-            Some(FinishReason::Stop) => "stopped at end of turn",
-            Some(FinishReason::Length) => "reached --max-tokens",
-            None => "aborted",
-        }
+        st.finish
     );
 }
 
 /// Prompt ids: raw text, or the chat template around one user turn.
 fn prompt_ids(s: &Session, prompt: &str, raw: bool) -> Result<Vec<u32>> {
-    if prompt.is_empty() {
-        bail!("the prompt is empty: pass some text, e.g. plumb run \"What is the capital of France?\"");
-    }
     let text = if raw {
         prompt.to_string()
     } else {
@@ -144,51 +255,39 @@ fn prompt_ids(s: &Session, prompt: &str, raw: bool) -> Result<Vec<u32>> {
     Ok(s.tokenizer.encode(&text, true, !raw))
 }
 
-pub fn run(model: &ModelArgs, sample: &SampleArgs, raw: bool, prompt: &str) -> Result<()> {
-    let mut s = Session::open(model, 512)?;
-    let ids = prompt_ids(&s, prompt, raw)?;
-    let mut stdout = std::io::stdout().lock();
-    let (_, stats) = generate(&mut s, ids, sample, &mut stdout)?;
-    writeln!(stdout)?;
-    print_stats(&stats);
-    Ok(())
+/// The prompt from the argument, `-` (standard input) or `--file`.
+fn read_prompt(args: &RunArgs) -> Result<String> {
+    let (text, from) = match (&args.file, args.prompt.as_deref()) {
+        (Some(path), _) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading the prompt from {}", path.display()))?;
+            (text.trim_end_matches(['\n', '\r']).to_string(), format!(" in {}", path.display()))
+        }
+        (None, Some("-")) => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).context("reading the prompt from standard input")?;
+            (text.trim_end_matches(['\n', '\r']).to_string(), " on standard input".to_string())
+        }
+        (None, Some(p)) => (p.to_string(), String::new()),
+        (None, None) => bail!(
+            "no prompt: pass it as an argument (plumb run \"What is the capital of France?\"), \
+             `-` to read standard input, or -f FILE"
+        ),
+    };
+    if text.is_empty() {
+        bail!("the prompt{from} is empty: pass some text, e.g. plumb run \"What is the capital of France?\"");
+    }
+    Ok(text)
 }
 
-pub fn chat(model: &ModelArgs, sample: &SampleArgs, system: Option<&str>) -> Result<()> {
-    let mut s = Session::open(model, 512)?;
-    if s.template.is_none() {
-        bail!("this model has no chat template, so `plumb chat` cannot format turns; try `plumb run --raw`");
-    }
-    let mut messages: Vec<ChatMessage> = system.map(|sys| vec![ChatMessage::new("system", sys)]).unwrap_or_default();
-    eprintln!("plumb chat — {} (end input with Ctrl-D)", s.path.display());
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        eprint!("> ");
-        std::io::stderr().flush()?;
-        let Some(line) = lines.next() else {
-            eprintln!();
-            return Ok(());
-        };
-        let line = line.context("reading standard input")?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        messages.push(ChatMessage::new("user", &line));
-        let text = s.template.as_ref().expect("checked above").render(&messages, true)?;
-        let ids = s.tokenizer.encode(&text, true, true);
-        let mut stdout = std::io::stdout().lock();
-        let (generated, _) = match generate(&mut s, ids, sample, &mut stdout) {
-            Ok(r) => r,
-            Err(e) => {
-                // A turn that does not fit is dropped; the conversation goes on.
-                messages.pop();
-                eprintln!("error: {e}");
-                continue;
-            }
-        };
-        writeln!(stdout)?;
-        let reply = s.tokenizer.decode(&generated, true)?;
-        messages.push(ChatMessage::new("assistant", &reply));
-    }
+pub fn run(args: &RunArgs) -> Result<()> {
+    let prompt = read_prompt(args)?;
+    let mut s = Session::open(&args.model, 512)?;
+    let ids = prompt_ids(&s, &prompt, args.raw)?;
+    let mut stdout = std::io::stdout().lock();
+    let stats = generate(&mut s, ids, &args.sample, None, &mut stdout)?;
+    writeln!(stdout)?;
+    stdout.flush()?;
+    print_stats(&stats);
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! A loaded model ready to serve: checkpoint, tokenizer, chat template, backend and engine.
 //! The CLI's one place that picks a backend.
 
+use crate::counts;
 use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
@@ -22,10 +23,10 @@ pub struct ModelArgs {
     #[arg(long, short = 'm')]
     pub model: Option<String>,
     /// Kernel threads (default: all cores).
-    #[arg(long, short = 't', default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0, allow_negative_numbers = true, value_parser = counts::non_negative)]
     pub threads: usize,
-    /// Context length to reserve KV space for (default: the model's, at most 8192).
-    #[arg(long)]
+    /// Context length in tokens, prompt and answer together (default: the model's, at most 8192).
+    #[arg(long, allow_negative_numbers = true, value_parser = counts::positive)]
     pub ctx: Option<usize>,
 }
 
@@ -45,6 +46,8 @@ impl Session {
     pub fn open_path(path: &Path, args: &ModelArgs, max_batch_tokens: usize) -> Result<Session> {
         let start = Instant::now();
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+        check_architecture(&file).with_context(|| format!("loading {}", path.display()))?;
+        warn_threads(args.threads);
         let tokenizer = load::tokenizer(&file)?;
         let template = load::chat_template(&tokenizer)?;
         let backend = CpuBackend::new(args.threads);
@@ -60,7 +63,8 @@ impl Session {
             max_lanes: 1,
             max_batch_tokens,
             max_model_len: ctx,
-            max_waiting: 1,
+            max_waiting: 16,
+            // A chat's earlier turns are computed once: each new turn reuses their KV.
             enable_prefix_cache: true,
         };
         let engine = Engine::new(backend, model, config);
@@ -71,5 +75,29 @@ impl Session {
             engine.backend().name()
         );
         Ok(Session { path: path.to_path_buf(), tokenizer, template, engine })
+    }
+}
+
+/// Refuses an architecture no family runs, naming it, before the tokenizer or hyper-parameters
+/// are read (an unsupported model's metadata keys are not expected to make sense to plumb).
+pub fn check_architecture(file: &GgufFile) -> Result<()> {
+    let arch = file.get_str("general.architecture")?;
+    let hf = plumb_checkpoint::hparams::hf_architecture(arch).unwrap_or(arch);
+    if plumb_models::registry::family_of(hf).is_none() {
+        let hf = if hf == arch { String::new() } else { format!(" (`{hf}`)") };
+        anyhow::bail!("architecture `{arch}`{hf} is not supported (plumb runs: {})", plumb_models::registry::SUPPORTED);
+    }
+    Ok(())
+}
+
+/// More kernel threads than cores only slows the kernels down; say so.
+fn warn_threads(threads: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads > cores {
+        eprintln!(
+            "warning: --threads {threads} is more than the {} of this machine; kernels run slower when \
+             threads share a core (0 uses all cores)",
+            counts::plural(cores, "core", "cores")
+        );
     }
 }

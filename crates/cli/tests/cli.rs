@@ -58,7 +58,10 @@ fn fails_with(args: &[&str], needle: &str) {
 #[test]
 fn bad_input_gets_clear_errors() {
     fails_with(&["run", ""], "the prompt is empty");
-    fails_with(&["run", "--ctx", "32", "-n", "8", &"word ".repeat(40)], "exceeds the context of 32 tokens");
+    fails_with(
+        &["run", "--ctx", "32", "-n", "8", &"word ".repeat(40)],
+        "leaves no room for an answer in the context of 32 tokens",
+    );
     fails_with(&["run", "--top-p", "0", "hi"], "top_p must be in (0, 1]");
     fails_with(&["run", "--temperature", "-1", "hi"], "temperature must be between 0 and 100");
     fails_with(&["run", "--ctx", "100000", "hi"], "--ctx 100000 is outside");

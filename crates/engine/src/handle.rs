@@ -68,7 +68,6 @@ struct Shared {
 pub struct EngineHandle {
     commands: Sender<Command>,
     shared: Arc<Shared>,
-    validate: Arc<dyn Fn(&Request) -> Result<(), EngineError> + Send + Sync>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -136,15 +135,13 @@ impl EngineHandle {
             next_id: AtomicU64::new(0),
             stats: Mutex::new(EngineStats::default()),
         });
-        let (vocab_size, max_len) = (shared.vocab_size, shared.max_len);
-        let validate = Arc::new(move |r: &Request| crate::validate(r, vocab_size, max_len));
         let (commands, rx) = channel();
         let loop_shared = shared.clone();
         std::thread::Builder::new()
             .name("plumb-engine".into())
             .spawn(move || run(engine, rx, &loop_shared))
             .expect("spawning the engine thread");
-        EngineHandle { commands, shared, validate }
+        EngineHandle { commands, shared }
     }
 
     /// The longest prompt + max_tokens a request may ask for.
@@ -158,7 +155,7 @@ impl EngineHandle {
 
     /// Queues a request and returns its event stream; a bad request or a full engine is refused here.
     pub fn submit(&self, req: Request) -> Result<RequestStream, HandleError> {
-        (self.validate)(&req)?;
+        crate::validate(&req, self.shared.vocab_size, self.shared.max_len)?;
         let limit = self.shared.max_in_flight;
         let taken =
             self.shared.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1));

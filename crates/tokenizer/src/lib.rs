@@ -11,10 +11,12 @@ mod pretokenize;
 mod spec;
 mod special;
 mod spm;
+pub mod stop;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use decode::StreamDecoder;
 pub use spec::{TokenType, TokenizerKind, TokenizerSpec};
+pub use stop::{StopMatcher, StopStep};
 
 use special::SpecialSplitter;
 use std::collections::HashMap;
