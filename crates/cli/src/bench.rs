@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// (prompts of --prompt-len, --gen-len tokens each) instead of the pp/tg tests.
     #[arg(long, value_delimiter = ',')]
     pub concurrency: Option<Vec<usize>>,
+    /// With --concurrency: rows per engine step (decode rows first, prefill chunks fill the rest;
+    /// smaller keeps inter-token latency low while prompts prefill).
+    #[arg(long, default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub step_tokens: usize,
     /// With --concurrency: draw throughput and latency against concurrency as SVG into this file.
     #[arg(long)]
     pub plot: Option<PathBuf>,

@@ -37,30 +37,38 @@ fn percentiles(v: &[f64]) -> Value {
     json!({ "p50": percentile_ms(v, 0.5), "p90": percentile_ms(v, 0.9), "p99": percentile_ms(v, 0.99) })
 }
 
-/// Runs `n` requests at once and returns each one's timings.
+/// Runs `n` requests at once and returns each one's timings. The clients are tasks on one
+/// thread, as a server's connections are, so they take no cores from the kernels.
 fn round(handle: &EngineHandle, prompts: &[Vec<u32>], gen_len: usize) -> Result<Vec<Timings>> {
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
     let start = Instant::now();
     let streams = prompts
         .iter()
         .map(|p| handle.submit(Request::new(p.clone(), SamplingParams::greedy(), gen_len, vec![])))
         .collect::<Result<Vec<_>, _>>()?;
-    let threads: Vec<_> = streams
-        .into_iter()
-        .map(|mut s| {
-            std::thread::spawn(move || {
-                let mut t = Timings { first: 0.0, tokens: Vec::new() };
-                while let Some(e) = s.blocking_next() {
-                    match e {
-                        Event::Token(_) => t.tokens.push(start.elapsed().as_secs_f64()),
-                        Event::Failed(e) => return Err(anyhow::anyhow!("{e}")),
+    rt.block_on(async move {
+        let tasks: Vec<_> = streams
+            .into_iter()
+            .map(|mut s| {
+                tokio::spawn(async move {
+                    let mut t = Timings { first: 0.0, tokens: Vec::new() };
+                    while let Some(e) = s.next().await {
+                        match e {
+                            Event::Token(_) => t.tokens.push(start.elapsed().as_secs_f64()),
+                            Event::Failed(e) => return Err(anyhow::anyhow!("{e}")),
+                        }
                     }
-                }
-                t.first = t.tokens.first().copied().unwrap_or(0.0);
-                Ok(t)
+                    t.first = t.tokens.first().copied().unwrap_or(0.0);
+                    Ok(t)
+                })
             })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?).collect()
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.map_err(|e| anyhow::anyhow!("a client task failed: {e}"))??);
+        }
+        Ok(out)
+    })
 }
 
 /// Figures of one concurrency level.
@@ -70,6 +78,11 @@ fn figures(n: usize, t: &[Timings]) -> Value {
     let first = t.iter().map(|r| r.first).fold(f64::INFINITY, f64::min);
     let ttft: Vec<f64> = t.iter().map(|r| r.first).collect();
     let itl: Vec<f64> = t.iter().flat_map(|r| r.tokens.windows(2).map(|w| w[1] - w[0])).collect();
+    // Steady state: from the moment every request is decoding to the moment the first finishes.
+    let all_decoding = t.iter().map(|r| r.first).fold(0f64, f64::max);
+    let first_done = t.iter().filter_map(|r| r.tokens.last()).fold(f64::INFINITY, |a, &b| a.min(b));
+    let in_window = t.iter().flat_map(|r| &r.tokens).filter(|&&x| x > all_decoding && x <= first_done).count();
+    let steady = (first_done > all_decoding).then(|| in_window as f64 / (first_done - all_decoding));
     json!({
         "concurrency": n,
         "generated_tokens": generated,
@@ -77,6 +90,7 @@ fn figures(n: usize, t: &[Timings]) -> Value {
         "aggregate_tokens_per_s": generated as f64 / end,
         // Tokens after each request's first, over the span in which requests were decoding.
         "aggregate_decode_tokens_per_s": (generated - t.len()) as f64 / (end - first),
+        "steady_decode_tokens_per_s": steady,
         "ttft_ms": percentiles(&ttft),
         "itl_ms": percentiles(&itl),
     })
@@ -98,7 +112,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         block_size: crate::session::BLOCK_SIZE,
         num_blocks: (lanes * per_request).div_ceil(crate::session::BLOCK_SIZE) + lanes,
         max_lanes: lanes,
-        max_batch_tokens: 512,
+        max_batch_tokens: args.step_tokens,
         max_model_len: per_request,
         max_waiting: lanes,
         enable_prefix_cache: true,
@@ -116,9 +130,10 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             .collect();
         let f = figures(n, &round(&handle, &prompts, args.gen_len)?);
         eprintln!(
-            "{n:>3} concurrent: {:>7.1} tokens/s aggregate ({:.1} decoding), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
+            "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
             f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
             f["aggregate_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+            f["steady_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
             f["ttft_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
@@ -130,6 +145,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         "threads": threads,
         "prompt_len": args.prompt_len,
         "gen_len": args.gen_len,
+        "step_tokens": args.step_tokens,
         "sampling": "greedy, end-of-turn ignored",
         "levels": results,
     });
