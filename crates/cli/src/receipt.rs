@@ -38,10 +38,14 @@ pub fn machine() -> Value {
     })
 }
 
-/// sha256 of `figures` as compact JSON (keys in the order written): lets a reader check that the
-/// figures were not edited after the run.
+/// sha256 of `figures` as compact JSON (keys in the order written), taken after one round trip
+/// through text so that what a reader parses from the file hashes the same (serde_json parses
+/// floats exactly here, `float_roundtrip`; the round trip also guards other JSON readers' writers):
+/// lets a reader check that the figures were not edited after the run.
 pub fn figures_digest(figures: &Value) -> String {
-    format!("{:x}", Sha256::digest(figures.to_string().as_bytes()))
+    let text = figures.to_string();
+    let canonical = serde_json::from_str::<Value>(&text).map_or(text, |v| v.to_string());
+    format!("{:x}", Sha256::digest(canonical.as_bytes()))
 }
 
 fn unix_now() -> f64 {
@@ -96,4 +100,20 @@ pub fn write(path: &Path, receipt: &Value) -> anyhow::Result<()> {
     }
     std::fs::write(path, serde_json::to_string_pretty(receipt)? + "\n")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_survives_writing_and_reading_the_receipt() {
+        let figures = json!({
+            "f32": 0.1f32, "tiny": 7.136e-7, "huge": 1.5e300, "neg_zero": -0.0, "int": 42u64,
+            "neg": -3i64, "nested": {"b": [1.0, 2.5e-12, f64::NAN], "a": "x"}, "third": 1.0 / 3.0,
+        });
+        let pretty = serde_json::to_string_pretty(&figures).unwrap();
+        let read: Value = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(figures_digest(&figures), figures_digest(&read));
+    }
 }
