@@ -66,6 +66,8 @@ fn bad_input_gets_clear_errors() {
     fails_with(&["run", "--temperature", "-1", "hi"], "temperature must be between 0 and 100");
     fails_with(&["run", "--ctx", "100000", "hi"], "--ctx 100000 is outside");
     fails_with(&["run", "--model", "no-such-model", "hi"], "no model `no-such-model`");
+    fails_with(&["bench", "--repetitions", "0"], "--repetitions");
+    fails_with(&["bench", "--concurrency", "0,4"], "positive counts");
     let dir = std::env::temp_dir().join(format!("plumb-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let junk = dir.join("junk.gguf");

@@ -207,3 +207,32 @@ fn one_thread_equals_two_and_decode_equals_prefill() {
         assert_eq!(row, &bits(&all[pos * 49152..(pos + 1) * 49152]), "decode step {i} differs from prefill");
     }
 }
+
+#[test]
+fn scoring_shares_a_busy_engine_and_leaves_its_requests_untouched() {
+    let reqs = vec![Request::new(prompt(50, 31), SamplingParams::greedy(), 12, vec![])];
+    let want = solo(&reqs);
+    let mut e = engine(&BASE);
+    let mut r = reqs[0].clone();
+    r.return_logits = true;
+    let id = e.add_request(r).unwrap();
+    let mut got = Trace { tokens: vec![], logits: vec![] };
+    let mut scored = false;
+    while e.has_work() {
+        for o in e.step().into_iter().filter(|o| o.seq_id == id) {
+            got.tokens.push(o.token);
+            got.logits.push(o.logits.unwrap().iter().map(|v| v.to_bits()).collect());
+        }
+        if !scored && got.tokens.len() == 3 {
+            // Scoring mid-request used to need an idle engine (an assert); it now takes its
+            // blocks from the same pool and gives them back.
+            let busy = e.logits_all(&prompt(40, 32)).unwrap();
+            let idle = engine(&BASE).logits_all(&prompt(40, 32)).unwrap();
+            assert!(busy.iter().zip(&idle).all(|(a, b)| a.to_bits() == b.to_bits()));
+            scored = true;
+        }
+    }
+    assert!(scored);
+    assert!(got == want[0], "scoring beside a running request changed it");
+    assert_eq!(e.stats().num_blocks_in_use, 0);
+}
