@@ -123,12 +123,12 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let file = GgufFile::open(&session.path)?;
     let gate = run_gate(&file, &cpu, &controls, CPU_BOUND, threads)?;
     println!(
-        "{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  invariant",
+        "{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  near-ties  chunked  laned",
         "control", "tokens", "nrms mean", "nrms max", "floor mean", "floor max"
     );
     for c in &gate.controls {
         println!(
-            "{:<14} {:>6} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}  {:<7} {}",
+            "{:<14} {:>6} {:>11.3e} {:>11.3e} {:>11.3e} {:>11.3e}  {:<7} {:>9}  {:<7}  {}",
             c.name,
             c.prompt_len + c.gen_len,
             c.nrms_mean,
@@ -136,7 +136,9 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             c.floor_mean,
             c.floor_max,
             if c.greedy_agrees { "agrees" } else { "DIFFERS" },
-            if c.invariant { "exact" } else { "BROKEN" }
+            c.near_ties,
+            if c.invariant { "exact" } else { "BROKEN" },
+            if c.lanes_invariant { "exact" } else { "BROKEN" }
         );
     }
     println!(
