@@ -227,15 +227,21 @@ fn run<B: FullBackend>(mut engine: Engine<B>, commands: Receiver<Command>, share
                 for out in outputs {
                     let (id, finished) = (out.seq_id, out.finished);
                     stats.generated_tokens_total += 1;
-                    let delivered = streams.get(&id).is_some_and(|tx| tx.send(Event::Token(out)).is_ok());
                     if let Some(reason) = finished {
-                        streams.remove(&id);
+                        // Free the slot before the client can see the end: a client that submits
+                        // again as soon as its last token arrives must find room.
                         shared.in_flight.fetch_sub(1, Ordering::AcqRel);
                         match reason {
                             FinishReason::Stop => stats.requests_finished_stop += 1,
                             FinishReason::Length => stats.requests_finished_length += 1,
                         }
-                    } else if !delivered && streams.remove(&id).is_some() {
+                        if let Some(tx) = streams.remove(&id) {
+                            let _ = tx.send(Event::Token(out));
+                        }
+                        continue;
+                    }
+                    let delivered = streams.get(&id).is_some_and(|tx| tx.send(Event::Token(out)).is_ok());
+                    if !delivered && streams.remove(&id).is_some() {
                         // The client went away without a word: free its lane now.
                         engine.abort(id);
                         stats.requests_cancelled += 1;

@@ -102,3 +102,14 @@ fn a_full_engine_refuses_at_once_and_bad_requests_are_named() {
     let bad = Request::new(vec![60_000], SamplingParams::greedy(), 1, vec![]);
     assert!(h.submit(bad).unwrap_err().to_string().contains("outside the vocabulary"));
 }
+
+#[test]
+fn a_client_may_submit_again_as_soon_as_its_last_token_arrives() {
+    // One slot: the next submission right after the final token must find it free (the engine
+    // used to free the slot only after delivering the token, a race a busy client would lose).
+    let h = handle(1);
+    for i in 0..30 {
+        let tokens = collect(h.submit(req(i % 5, 2)).expect("the slot is free once the last token is seen"));
+        assert_eq!(tokens.len(), 2);
+    }
+}
