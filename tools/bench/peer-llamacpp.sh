@@ -7,25 +7,11 @@
 # Usage: bash tools/bench/peer-llamacpp.sh   (from the repository root; takes a few minutes)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-work="${PEER_DIR:-/tmp/plumb-peer-llamacpp}"
 threads="${THREADS:-2}"
 reps="${REPS:-5}"
-src="$work/llama_cpp_python-0.3.36/vendor/llama.cpp"
-bin="$src/build/bin"
 
-if [ ! -x "$bin/llama-bench" ]; then
-    mkdir -p "$work"
-    python3 -m pip install --quiet cmake ninja
-    if [ ! -d "$src" ]; then
-        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$work"
-        tar -xzf "$work/llama_cpp_python-0.3.36.tar.gz" -C "$work"
-    fi
-    cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF >/dev/null
-    cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-perplexity >/dev/null
-fi
-
-export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$root/tools/bench/llamacpp-build.sh"
+ensure_llamacpp llama-bench llama-perplexity
 cd "$root"
 cargo build --release -p plumb-cli
 plumb="$root/target/release/plumb"

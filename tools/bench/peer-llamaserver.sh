@@ -28,26 +28,10 @@ out_dir="${OUT_DIR:-receipts}"
 port="${PORT:-18089}"
 timeout="${REQUEST_TIMEOUT:-600}"
 extra_body="${EXTRA_BODY:-}"
-src="$work/llama_cpp_python-0.3.36/vendor/llama.cpp"
-bin="$src/build/bin"
 client="$root/tools/bench/llamaserver_client.py"
 
-if [ ! -x "$bin/llama-server" ]; then
-    mkdir -p "$work"
-    python3 -m pip install --quiet cmake ninja
-    if [ ! -d "$src" ]; then
-        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$work"
-        tar -xzf "$work/llama_cpp_python-0.3.36.tar.gz" -C "$work"
-    fi
-    # No web UI (it would be fetched from the network) and no HTTPS: the server only answers the
-    # benchmark on loopback.
-    cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >/dev/null
-    cmake --build "$src/build" -j"$(nproc)" --target llama-server >/dev/null
-fi
-
-export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$root/tools/bench/llamacpp-build.sh"
+ensure_llamacpp llama-server
 cd "$root"
 plumb="$root/target/release/plumb"
 if [ "${PEER_ONLY:-0}" != 1 ]; then
