@@ -13,6 +13,7 @@ mod plot;
 mod progress;
 mod receipt;
 mod run;
+mod serve;
 mod session;
 mod signals;
 
@@ -59,6 +60,8 @@ enum Command {
     /// Measure prefill and decode speed (median of runs); a receipt is written only with
     /// --receipt FILE (--json prints it).
     Bench(bench::BenchArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, streaming, metrics).
+    Serve(serve::ServeArgs),
     /// Run the conformance suite, the whole-model gate and the residency gate; always writes a
     /// receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
     Check(check::CheckArgs),
@@ -122,6 +125,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Check(args) => check::run(&args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

@@ -62,6 +62,7 @@ impl SampleArgs {
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
             seed,
+            logit_bias: Vec::new(),
         }
     }
 }

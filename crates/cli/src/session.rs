@@ -30,6 +30,21 @@ pub struct ModelArgs {
     pub ctx: Option<usize>,
 }
 
+/// How many requests an engine runs at once and the KV room they share.
+#[derive(Clone, Debug)]
+pub struct Lanes {
+    pub max_lanes: usize,
+    /// KV-cache positions shared by all lanes (at least one full context is always allocated).
+    pub kv_tokens: usize,
+    /// Requests that may wait for a lane.
+    pub max_waiting: usize,
+}
+
+impl Lanes {
+    /// One request at a time (`run`, `chat`, `bench`, `check`).
+    pub const ONE: Lanes = Lanes { max_lanes: 1, kv_tokens: 0, max_waiting: 16 };
+}
+
 pub struct Session {
     pub path: PathBuf,
     pub tokenizer: Tokenizer,
@@ -44,6 +59,11 @@ impl Session {
     }
 
     pub fn open_path(path: &Path, args: &ModelArgs, max_batch_tokens: usize) -> Result<Session> {
+        Self::open_lanes(path, args, max_batch_tokens, &Lanes::ONE)
+    }
+
+    /// A session whose engine runs up to `lanes.max_lanes` requests at once.
+    pub fn open_lanes(path: &Path, args: &ModelArgs, max_batch_tokens: usize, lanes: &Lanes) -> Result<Session> {
         let start = Instant::now();
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         check_architecture(&file).with_context(|| format!("loading {}", path.display()))?;
@@ -59,11 +79,11 @@ impl Session {
         }
         let config = SchedulerConfig {
             block_size: BLOCK_SIZE,
-            num_blocks: ctx.div_ceil(BLOCK_SIZE),
-            max_lanes: 1,
+            num_blocks: lanes.kv_tokens.max(ctx).div_ceil(BLOCK_SIZE),
+            max_lanes: lanes.max_lanes,
             max_batch_tokens,
             max_model_len: ctx,
-            max_waiting: 16,
+            max_waiting: lanes.max_waiting,
             // A chat's earlier turns are computed once: each new turn reuses their KV.
             enable_prefix_cache: true,
         };

@@ -183,7 +183,8 @@ impl<B: FullBackend> Engine<B> {
 /// The checks `add_request` makes before touching anything.
 fn validate(req: &Request, vocab_size: usize, max_len: usize) -> Result<(), EngineError> {
     req.params.validate()?;
-    if let Some(&id) = req.prompt.iter().find(|&&t| t as usize >= vocab_size) {
+    let biased = req.params.logit_bias.iter().map(|b| &b.0);
+    if let Some(&id) = req.prompt.iter().chain(biased).find(|&&t| t as usize >= vocab_size) {
         return Err(EngineError::BadToken { id, vocab_size });
     }
     if let Some(asked) = req.logprobs.filter(|&n| n > MAX_LOGPROBS) {

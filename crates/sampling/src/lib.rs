@@ -75,6 +75,11 @@ pub fn argmax(logits: &[f32]) -> u32 {
 }
 
 fn apply_penalties(logits: &mut [f32], p: &SamplingParams, history: &[u32], prompt_len: usize) {
+    for &(t, bias) in &p.logit_bias {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l += bias;
+        }
+    }
     if p.repetition_penalty != 1.0 {
         let mut seen = vec![false; logits.len()];
         for &t in history {
@@ -156,5 +161,17 @@ mod tests {
         assert_eq!(sample(&logits, &SamplingParams { presence_penalty: 0.5, ..greedy.clone() }, &[1], 0, 0), 0);
         // The frequency penalty ignores prompt tokens.
         assert_eq!(sample(&logits, &SamplingParams { frequency_penalty: 0.5, ..greedy }, &[1], 1, 0), 1);
+    }
+
+    #[test]
+    fn logit_bias_moves_and_bans_tokens() {
+        let logits = [1.0, 1.1, 0.5];
+        let greedy = SamplingParams::greedy();
+        assert_eq!(sample(&logits, &SamplingParams { logit_bias: vec![(2, 1.0)], ..greedy.clone() }, &[], 0, 0), 2);
+        let ban = SamplingParams { logit_bias: vec![(0, -100.0), (1, -100.0)], ..params() };
+        assert!((0..50).all(|pos| sample(&logits, &ban, &[], 0, pos) == 2));
+        assert!(SamplingParams { logit_bias: vec![(0, 101.0)], ..greedy.clone() }.validate().is_err());
+        assert!(SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..greedy.clone() }.validate().is_err());
+        assert!(SamplingParams { logit_bias: vec![(f32::NAN.to_bits(), f32::NAN)], ..greedy }.validate().is_err());
     }
 }

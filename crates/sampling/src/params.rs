@@ -17,6 +17,9 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     pub presence_penalty: f32,
     pub seed: u64,
+    /// Added to a token's logit before penalties and sampling (OpenAI `logit_bias`, -100..100);
+    /// sorted by token id, one entry per token.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -30,6 +33,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -39,6 +43,10 @@ impl Default for SamplingParams {
 pub enum SamplingError {
     #[error("{name} must be {range}, got {value}")]
     OutOfRange { name: &'static str, range: &'static str, value: f32 },
+    #[error("logit_bias for token {token} must be between -100 and 100, got {value}")]
+    BadLogitBias { token: u32, value: f32 },
+    #[error("logit_bias names token {token} more than once")]
+    RepeatedLogitBias { token: u32 },
 }
 
 impl SamplingParams {
@@ -48,7 +56,8 @@ impl SamplingParams {
 
     /// Whether any penalty changes the logits.
     pub fn has_penalties(&self) -> bool {
-        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+        !self.logit_bias.is_empty()
+            || self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -79,9 +88,15 @@ impl SamplingParams {
                 (-2.0..=2.0).contains(&self.presence_penalty),
             ),
         ];
-        match checks.into_iter().find(|c| !c.3) {
-            Some((name, value, range, _)) => Err(SamplingError::OutOfRange { name, range, value }),
-            None => Ok(()),
+        if let Some((name, value, range, _)) = checks.into_iter().find(|c| !c.3) {
+            return Err(SamplingError::OutOfRange { name, range, value });
         }
+        if let Some(&(token, value)) = self.logit_bias.iter().find(|b| !(-100.0..=100.0).contains(&b.1)) {
+            return Err(SamplingError::BadLogitBias { token, value });
+        }
+        if let Some(w) = self.logit_bias.windows(2).find(|w| w[0].0 >= w[1].0) {
+            return Err(SamplingError::RepeatedLogitBias { token: w[1].0 });
+        }
+        Ok(())
     }
 }
