@@ -17,6 +17,7 @@ mod state;
 pub mod wire;
 
 pub use error::ApiError;
+pub use params::choice_seed;
 pub use routes::{ApiDoc, router};
 pub use state::{AppState, LoadedModel, ServerConfig};
 

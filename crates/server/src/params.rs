@@ -50,17 +50,22 @@ pub struct Job {
 }
 
 impl Job {
-    /// The seed of answer `i` of a prompt: the request's seed for the first, a fixed mix of it for
-    /// the others, so `n` answers differ and each is reproducible.
+    /// The seed of answer `i` of a prompt, so `n` answers differ and each is reproducible.
     pub fn seed_of(&self, i: usize) -> u64 {
-        if i == 0 {
-            return self.params.seed;
-        }
-        let mut z = self.params.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        choice_seed(self.params.seed, i)
     }
+}
+
+/// The seed of answer `i` of a request seeded with `seed` (answer 0 keeps `seed`; the others
+/// take a SplitMix64 mix of it).
+pub fn choice_seed(seed: u64, i: usize) -> u64 {
+    if i == 0 {
+        return seed;
+    }
+    let mut z = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Deserializes `T` from `body`, naming the field at fault.
