@@ -116,8 +116,19 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", responses((status = 200, content_type = "application/json", body = Object)))]
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    if let Some(m) = state.model.get() {
+        // Name what this server actually serves, so clients and fuzzers reach past a 404.
+        for req in ["ChatCompletionRequest", "CompletionRequest"] {
+            let own = &mut doc["components"]["schemas"][req]["allOf"][1]["properties"];
+            if own.is_object() {
+                own["model"]["enum"] = serde_json::json!([m.name]);
+                own["max_tokens"]["maximum"] = serde_json::json!(m.handle.max_len() - 1);
+            }
+        }
+    }
+    Json(doc)
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {

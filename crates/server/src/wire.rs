@@ -63,6 +63,7 @@ pub struct SamplingFields {
 pub struct ContentPart {
     /// Only `text` is supported.
     #[serde(rename = "type")]
+    #[schema(pattern = "^text$")]
     pub kind: String,
     pub text: Option<String>,
 }
@@ -79,6 +80,7 @@ pub enum MessageContent {
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
     /// `system`, `developer`, `user` or `assistant`.
+    #[schema(pattern = "^(system|developer|user|assistant)$")]
     pub role: String,
     pub content: Option<MessageContent>,
     /// Accepted and not used.
