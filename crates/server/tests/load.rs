@@ -148,3 +148,28 @@ fn sixty_four_streaming_clients_leak_nothing_and_match_solo() {
         assert!(m["plumb_prefix_cache_hit_rate"] > 0.0, "repeated prompts hit the prefix cache");
     });
 }
+
+#[test]
+fn a_client_that_hangs_up_on_a_whole_answer_frees_its_lane() {
+    let s = TestServer::start(Opts::default());
+    s.wait_ready();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let body = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0});
+        let client = reqwest::Client::builder().timeout(Duration::from_millis(600)).build().unwrap();
+        let r = client.post(format!("{}/v1/completions", s.url)).json(&body).send().await;
+        assert!(r.is_err(), "the client gave up before the answer was whole");
+        let mut m = metrics(&s.url).await;
+        for _ in 0..100 {
+            if m["plumb_requests_in_flight"] == 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            m = metrics(&s.url).await;
+        }
+        assert_eq!(m["plumb_requests_in_flight"], 0.0);
+        assert_eq!(m["plumb_kv_blocks_in_use"], 0.0);
+        assert_eq!(m["plumb_requests_total{outcome=\"cancelled\"}"], 1.0);
+        assert!(m["plumb_generated_tokens_total"] < 400.0, "{m:?}");
+    });
+}

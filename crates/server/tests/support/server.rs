@@ -39,6 +39,8 @@ pub struct Opts {
     /// Loading waits until this many seconds have passed.
     pub load_delay: Option<Duration>,
     pub kv_tokens: usize,
+    /// Prompt and answer together, in tokens.
+    pub ctx: usize,
 }
 
 impl Default for Opts {
@@ -51,6 +53,7 @@ impl Default for Opts {
             faulty: false,
             load_delay: None,
             kv_tokens: 4 * CTX,
+            ctx: CTX,
         }
     }
 }
@@ -74,7 +77,7 @@ impl CausalLm<CpuBackend> for Faulty {
     }
 }
 
-pub fn engine(lanes: usize, kv_tokens: usize, faulty: bool) -> Engine<CpuBackend> {
+pub fn engine(lanes: usize, kv_tokens: usize, faulty: bool, ctx: usize) -> Engine<CpuBackend> {
     let file = default_model();
     let backend = CpuBackend::new(0);
     let mut model = plumb_models::load_model(&file, &backend).unwrap();
@@ -86,7 +89,7 @@ pub fn engine(lanes: usize, kv_tokens: usize, faulty: bool) -> Engine<CpuBackend
         num_blocks: kv_tokens.div_ceil(16),
         max_lanes: lanes,
         max_batch_tokens: 256,
-        max_model_len: CTX,
+        max_model_len: ctx,
         max_waiting: 1024,
         enable_prefix_cache: true,
     };
@@ -126,7 +129,7 @@ impl TestServer {
                     let file = default_model();
                     let tok = plumb_engine::load::tokenizer(&file).map_err(|e| e.to_string())?;
                     let template = plumb_engine::load::chat_template(&tok).map_err(|e| e.to_string())?;
-                    let handle = EngineHandle::spawn(engine(opts.max_lanes, opts.kv_tokens, opts.faulty), opts.max_queue);
+                    let handle = EngineHandle::spawn(engine(opts.max_lanes, opts.kv_tokens, opts.faulty, opts.ctx), opts.max_queue);
                     Ok(LoadedModel::new(MODEL.into(), handle, tok, template))
                 };
                 let shutdown = async move {
@@ -199,7 +202,7 @@ pub fn direct(
     stops: &[&str],
     logprobs: bool,
 ) -> Direct {
-    let mut engine = engine(1, CTX, false);
+    let mut engine = engine(1, CTX, false, CTX);
     let stop_ids = tok.spec().eog_ids.clone();
     let mut req = Request::new(prompt, params, max_tokens, stop_ids);
     req.logprobs = logprobs.then_some(0);
