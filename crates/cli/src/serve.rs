@@ -48,15 +48,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let api_key = args.api_key.clone().or_else(|| std::env::var("PLUMB_API_KEY").ok()).filter(|k| !k.is_empty());
     let config = ServerConfig {
         api_key,
-        fingerprint: format!("plumb-{}-{}", env!("CARGO_PKG_VERSION"), &receipt::BUILD_COMMIT[..receipt::BUILD_COMMIT.len().min(12)]),
+        fingerprint: format!(
+            "plumb-{}-{}",
+            env!("CARGO_PKG_VERSION"),
+            &receipt::BUILD_COMMIT[..receipt::BUILD_COMMIT.len().min(12)]
+        ),
         grace: Duration::from_secs(args.grace),
         ..ServerConfig::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the server runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the server runtime")?;
     runtime.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
-        let listener =
-            tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("listening on {addr}"))?;
+        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("listening on {addr}"))?;
         let url = format!("http://{}", listener.local_addr()?);
         eprintln!("plumb serve: listening on {url} (the model is loading; /health answers 503 until it is ready)");
         let ready_url = url.clone();

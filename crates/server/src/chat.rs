@@ -45,11 +45,15 @@ fn logprobs(model: &LoadedModel, tokens: &[TokenInfo]) -> ChatLogprobs {
         (status = 503, description = "Loading or shutting down", body = ErrorBody),
     )
 )]
-pub async fn chat_completions(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let model = state.ready()?;
-    let job = crate::params::chat(&body, &model).inspect_err(|_| state.metrics.finished(crate::metrics::Outcome::Rejected))?;
-    let running =
-        generate::start(&job, &model, &state).inspect_err(|_| state.metrics.finished(crate::metrics::Outcome::Rejected))?;
+    let job = crate::params::chat(&body, &model)
+        .inspect_err(|_| state.metrics.finished(crate::metrics::Outcome::Rejected))?;
+    let running = generate::start(&job, &model, &state)
+        .inspect_err(|_| state.metrics.finished(crate::metrics::Outcome::Rejected))?;
     let (id, created) = (completion_id("chatcmpl"), unix_now());
     let fingerprint = state.config.fingerprint.clone();
     if job.stream {
@@ -118,7 +122,8 @@ impl Chunks for ChatChunks {
     fn piece(&mut self, p: Piece) -> serde_json::Value {
         let logprobs = (!p.tokens.is_empty()).then(|| logprobs(&self.model, &p.tokens));
         let delta = ChatDelta { role: None, content: Some(p.text) };
-        let choice = ChatChunkChoice { index: p.choice, delta, logprobs, finish_reason: p.finish.map(|f| f.as_str().into()) };
+        let choice =
+            ChatChunkChoice { index: p.choice, delta, logprobs, finish_reason: p.finish.map(|f| f.as_str().into()) };
         self.chunk(vec![choice], None)
     }
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 fn extend_logprobs(model: &LoadedModel, lp: &mut CompletionLogprobs, tokens: &[TokenInfo], mut offset: usize) {
     for t in tokens {
         let (text, _) = token_text(model, t.id);
-        let top: BTreeMap<String, f64> = t.top.iter().map(|&(id, logprob)| (token_text(model, id).0, logprob)).collect();
+        let top: BTreeMap<String, f64> =
+            t.top.iter().map(|&(id, logprob)| (token_text(model, id).0, logprob)).collect();
         lp.text_offset.push(offset);
         offset += text.chars().count();
         lp.tokens.push(text);
@@ -69,7 +70,12 @@ pub async fn completions(State(state): State<Arc<AppState>>, JsonBody(body): Jso
                 extend_logprobs(&model, &mut lp, &a.tokens, 0);
                 lp
             });
-            CompletionChoice { index, text: a.text, logprobs, finish_reason: Some(a.finish.map_or("stop", |f| f.as_str()).into()) }
+            CompletionChoice {
+                index,
+                text: a.text,
+                logprobs,
+                finish_reason: Some(a.finish.map_or("stop", |f| f.as_str()).into()),
+            }
         })
         .collect();
     Ok(Json(Completion {

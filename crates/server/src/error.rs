@@ -24,7 +24,9 @@ pub enum ApiError {
          and asks for {max_tokens} more"
     )]
     TooLong { prompt_len: usize, max_tokens: usize, max_len: usize },
-    #[error("the prompt has {prompt_len} tokens, which leaves no room to answer in this model's context of {max_len} tokens")]
+    #[error(
+        "the prompt has {prompt_len} tokens, which leaves no room to answer in this model's context of {max_len} tokens"
+    )]
     NoRoom { prompt_len: usize, max_len: usize },
     #[error("missing or invalid API key; send it as `Authorization: Bearer <key>`")]
     Unauthorized,
@@ -149,7 +151,9 @@ impl From<EngineError> for ApiError {
                 ApiError::BadParam { message: s.to_string(), param: Some(param) }
             }
             EngineError::BadToken { .. } => ApiError::BadParam { message: e.to_string(), param: None },
-            EngineError::TooManyLogprobs { .. } => ApiError::BadParam { message: e.to_string(), param: Some("logprobs".into()) },
+            EngineError::TooManyLogprobs { .. } => {
+                ApiError::BadParam { message: e.to_string(), param: Some("logprobs".into()) }
+            }
             EngineError::Internal(why) => ApiError::Internal(why),
         }
     }

@@ -142,21 +142,21 @@ async fn drive(mut a: Answer, model: &LoadedModel, state: &AppState, tx: &Unboun
                 finish = Some(Finish::Stop);
             }
         }
-        if finish.is_none() {
-            if let Some(reason) = out.finished {
-                match matcher.push(&decoder.finish()) {
-                    StopStep::Continue(t) => {
-                        text.push_str(&t);
-                        text.push_str(&matcher.finish());
-                        finish = Some(match reason {
-                            FinishReason::Stop => Finish::Stop,
-                            FinishReason::Length => Finish::Length,
-                        });
-                    }
-                    StopStep::Stopped { text: t, .. } => {
-                        text.push_str(&t);
-                        finish = Some(Finish::Stop);
-                    }
+        if finish.is_none()
+            && let Some(reason) = out.finished
+        {
+            match matcher.push(&decoder.finish()) {
+                StopStep::Continue(t) => {
+                    text.push_str(&t);
+                    text.push_str(&matcher.finish());
+                    finish = Some(match reason {
+                        FinishReason::Stop => Finish::Stop,
+                        FinishReason::Length => Finish::Length,
+                    });
+                }
+                StopStep::Stopped { text: t, .. } => {
+                    text.push_str(&t);
+                    finish = Some(Finish::Stop);
                 }
             }
         }
@@ -164,7 +164,8 @@ async fn drive(mut a: Answer, model: &LoadedModel, state: &AppState, tx: &Unboun
         if let Some(lp) = out.logprobs.filter(|_| a.want_logprobs && !tok.is_eog(out.token)) {
             tokens.push(TokenInfo { id: lp.token, logprob: lp.logprob, top: lp.top });
         }
-        let piece = Piece { choice: a.choice, text: std::mem::take(&mut text), tokens, finish, completion_tokens: generated };
+        let piece =
+            Piece { choice: a.choice, text: std::mem::take(&mut text), tokens, finish, completion_tokens: generated };
         // A failed send means the handler is gone; returning drops the engine stream, which
         // cancels the request (a stop sequence ends it the same way).
         if tx.send(ChoiceEvent::Piece(piece)).is_err() || finish.is_some() {

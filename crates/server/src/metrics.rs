@@ -116,12 +116,25 @@ impl Metrics {
     /// The Prometheus text exposition; `engine` is None while the model loads.
     pub fn render(&self, engine: Option<&EngineStats>) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP plumb_requests_total Generation requests by outcome.\n# TYPE plumb_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP plumb_requests_total Generation requests by outcome.\n# TYPE plumb_requests_total counter"
+        );
         for (o, n) in Outcome::ALL.iter().zip(&self.outcomes) {
             let _ = writeln!(out, "plumb_requests_total{{outcome=\"{}\"}} {}", o.label(), n.load(Ordering::Relaxed));
         }
-        counter(&mut out, "plumb_prompt_tokens_total", "Prompt tokens of accepted requests.", self.prompt_tokens.load(Ordering::Relaxed));
-        counter(&mut out, "plumb_generated_tokens_total", "Tokens generated.", self.generated_tokens.load(Ordering::Relaxed));
+        counter(
+            &mut out,
+            "plumb_prompt_tokens_total",
+            "Prompt tokens of accepted requests.",
+            self.prompt_tokens.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "plumb_generated_tokens_total",
+            "Tokens generated.",
+            self.generated_tokens.load(Ordering::Relaxed),
+        );
         self.ttft.render("plumb_time_to_first_token_seconds", "From arrival to a choice's first token.", &mut out);
         self.itl.render("plumb_inter_token_latency_seconds", "Between a choice's consecutive tokens.", &mut out);
         let ready = engine.is_some();
@@ -135,9 +148,24 @@ impl Metrics {
         gauge(&mut out, "plumb_lanes_busy", "Requests holding a lane.", s.num_running as f64);
         gauge(&mut out, "plumb_kv_blocks_total", "KV-cache blocks in the pool.", s.num_blocks as f64);
         gauge(&mut out, "plumb_kv_blocks_in_use", "KV-cache blocks held by requests.", s.num_blocks_in_use as f64);
-        gauge(&mut out, "plumb_kv_blocks_cached", "KV-cache blocks holding a prefix-cache entry.", s.num_blocks_cached as f64);
-        counter(&mut out, "plumb_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queried_tokens);
-        counter(&mut out, "plumb_prefix_cache_hit_tokens_total", "Of those, tokens found cached.", s.prefix_cache_hit_tokens);
+        gauge(
+            &mut out,
+            "plumb_kv_blocks_cached",
+            "KV-cache blocks holding a prefix-cache entry.",
+            s.num_blocks_cached as f64,
+        );
+        counter(
+            &mut out,
+            "plumb_prefix_cache_queried_tokens_total",
+            "Prompt tokens looked up in the prefix cache.",
+            s.prefix_cache_queried_tokens,
+        );
+        counter(
+            &mut out,
+            "plumb_prefix_cache_hit_tokens_total",
+            "Of those, tokens found cached.",
+            s.prefix_cache_hit_tokens,
+        );
         let rate = if s.prefix_cache_queried_tokens == 0 {
             0.0
         } else {

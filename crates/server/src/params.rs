@@ -88,15 +88,15 @@ fn refuse_unsupported(body: &Value) -> Result<(), ApiError> {
             return Err(ApiError::unsupported(field, why));
         }
     }
-    if let Some(rf) = obj.get("response_format").filter(|v| !v.is_null()) {
-        if rf.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::unsupported("response_format", " (only {\"type\": \"text\"})"));
-        }
+    if let Some(rf) = obj.get("response_format").filter(|v| !v.is_null())
+        && rf.get("type").and_then(Value::as_str) != Some("text")
+    {
+        return Err(ApiError::unsupported("response_format", " (only {\"type\": \"text\"})"));
     }
-    if let Some(m) = obj.get("modalities").filter(|v| !v.is_null()) {
-        if m.as_array().is_none_or(|a| a.iter().any(|x| x.as_str() != Some("text"))) {
-            return Err(ApiError::unsupported("modalities", " (only [\"text\"])"));
-        }
+    if let Some(m) = obj.get("modalities").filter(|v| !v.is_null())
+        && m.as_array().is_none_or(|a| a.iter().any(|x| x.as_str() != Some("text")))
+    {
+        return Err(ApiError::unsupported("modalities", " (only [\"text\"])"));
     }
     Ok(())
 }
@@ -132,7 +132,10 @@ fn sampling(f: &SamplingFields, model: &LoadedModel) -> Result<(SamplingParams, 
             return Err(ApiError::param(message, "logit_bias"));
         };
         if !(-100.0..=100.0).contains(&bias) {
-            return Err(ApiError::param(format!("logit_bias values must be between -100 and 100, got {bias}"), "logit_bias"));
+            return Err(ApiError::param(
+                format!("logit_bias values must be between -100 and 100, got {bias}"),
+                "logit_bias",
+            ));
         }
         logit_bias.push((token, bias));
     }
@@ -203,7 +206,9 @@ pub fn chat(body: &Value, model: &LoadedModel) -> Result<Job, ApiError> {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
-            "tool" | "function" => return Err(ApiError::unsupported(&format!("messages[{i}].role"), " (no tool calling)")),
+            "tool" | "function" => {
+                return Err(ApiError::unsupported(&format!("messages[{i}].role"), " (no tool calling)"));
+            }
             other => {
                 let message = format!("messages[{i}].role `{other}` is not one of system, developer, user, assistant");
                 return Err(ApiError::param(message, &format!("messages[{i}].role")));
@@ -238,7 +243,10 @@ pub fn chat(body: &Value, model: &LoadedModel) -> Result<Job, ApiError> {
         .render(&messages, true)
         .map_err(|e| ApiError::param(format!("the chat template refused these messages: {e}"), "messages"))?;
     let prompt = model.tokenizer.encode(&text, true, true);
-    let max_tokens = match (positive(req.max_tokens, "max_tokens")?, positive(req.max_completion_tokens, "max_completion_tokens")?) {
+    let max_tokens = match (
+        positive(req.max_tokens, "max_tokens")?,
+        positive(req.max_completion_tokens, "max_completion_tokens")?,
+    ) {
         (Some(a), Some(b)) if a != b => {
             let message = "give max_tokens or max_completion_tokens, not both with different values";
             return Err(ApiError::param(message, "max_completion_tokens"));
@@ -279,7 +287,10 @@ pub fn completion(body: &Value, model: &LoadedModel) -> Result<Job, ApiError> {
             return Err(ApiError::param("prompt must not be empty", "prompt"));
         }
         if let Some(&id) = p.iter().find(|&&t| t as usize >= vocab) {
-            return Err(ApiError::param(format!("prompt token id {id} is outside the vocabulary of {vocab} tokens"), "prompt"));
+            return Err(ApiError::param(
+                format!("prompt token id {id} is outside the vocabulary of {vocab} tokens"),
+                "prompt",
+            ));
         }
     }
     if req.best_of.is_some_and(|b| b as usize != n && b != 1) {

@@ -52,7 +52,11 @@ fn same_key(given: &[u8], expected: &[u8]) -> bool {
 
 async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.config.api_key {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| same_key(g.trim().as_bytes(), key.as_bytes())) {
             return ApiError::Unauthorized.into_response();
         }
@@ -101,7 +105,9 @@ async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Re
 async fn health(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Health>) {
     match state.ready() {
         Ok(_) => (StatusCode::OK, Json(Health { status: "ok".into() })),
-        Err(ApiError::ShuttingDown) => (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "shutting_down".into() })),
+        Err(ApiError::ShuttingDown) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "shutting_down".into() }))
+        }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "loading".into() })),
     }
 }

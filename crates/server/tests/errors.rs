@@ -37,7 +37,8 @@ fn assert_error(body: &Value, kind: &str, param: Option<&str>, code: Option<&str
 }
 
 fn chat(extra: Value) -> String {
-    let mut body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0});
+    let mut body =
+        json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0});
     for (k, v) in extra.as_object().unwrap() {
         body[k] = v.clone();
     }

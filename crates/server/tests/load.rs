@@ -29,7 +29,10 @@ fn spec(i: usize) -> (&'static str, Value) {
         0 => chat("What is the capital of France?", json!({"max_tokens": 12, "temperature": 0})),
         1 => chat("Name three colors.", json!({"max_tokens": 16, "temperature": 0.9, "seed": 11})),
         2 => completion("Once upon a time", json!({"max_tokens": 10, "temperature": 0})),
-        3 => completion("The capital of France is", json!({"max_tokens": 14, "temperature": 0.7, "seed": 5, "stop": [" the"]})),
+        3 => completion(
+            "The capital of France is",
+            json!({"max_tokens": 14, "temperature": 0.7, "seed": 5, "stop": [" the"]}),
+        ),
         4 => chat("Write a haiku about rain.", json!({"max_tokens": 8, "temperature": 1.0, "seed": 3, "top_k": 40})),
         5 => completion("1, 2, 3,", json!({"max_tokens": 12, "temperature": 0, "n": 2})),
         6 => chat("Hello!", json!({"max_tokens": 6, "temperature": 0.5, "seed": 99, "top_p": 0.9})),
@@ -122,7 +125,9 @@ fn sixty_four_streaming_clients_leak_nothing_and_match_solo() {
                 let got = got.unwrap_or_else(|e| panic!("round {round} client {c}: {e}"));
                 match leave {
                     Some(_) => left += 1,
-                    None => assert_eq!(got, solo[c % 8], "round {round} client {c} differs from the same request alone"),
+                    None => {
+                        assert_eq!(got, solo[c % 8], "round {round} client {c} differs from the same request alone")
+                    }
                 }
             }
         }

@@ -33,8 +33,10 @@ fn openai_client_answers_equal_the_engine() {
 
     let tok = tokenizer();
     let template = plumb_engine::load::chat_template(&tok).unwrap().unwrap();
-    let messages =
-        [ChatMessage::new("system", "You are a concise assistant."), ChatMessage::new("user", "What is the capital of France?")];
+    let messages = [
+        ChatMessage::new("system", "You are a concise assistant."),
+        ChatMessage::new("user", "What is the capital of France?"),
+    ];
     let chat_prompt = tok.encode(&template.render(&messages, true).unwrap(), true, true);
     let text_prompt = |t: &str| tok.encode(t, true, false);
 
@@ -66,7 +68,10 @@ fn openai_client_answers_equal_the_engine() {
     let lp = &got["completion_logprobs"];
     assert_eq!(lp["text"], d.text.as_str());
     let logprobs: Vec<f64> = lp["token_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    assert_eq!(logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), d.logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    assert_eq!(
+        logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        d.logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
     assert!(lp["num_top"].as_array().unwrap().iter().all(|n| n.as_u64().unwrap() >= 1));
     let joined: String = lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     assert_eq!(joined, d.text);
@@ -75,9 +80,15 @@ fn openai_client_answers_equal_the_engine() {
     let d = direct(&tok, chat_prompt.clone(), greedy(), 8, &[], true);
     let clp = &got["chat_logprobs"];
     assert_eq!(clp["text"], d.text.as_str());
-    let logprobs: Vec<u64> = clp["logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap().to_bits()).collect();
+    let logprobs: Vec<u64> =
+        clp["logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap().to_bits()).collect();
     assert_eq!(logprobs, d.logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
-    let bytes: Vec<u8> = clp["bytes"].as_array().unwrap().iter().flat_map(|b| b.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u8)).collect();
+    let bytes: Vec<u8> = clp["bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u8))
+        .collect();
     assert_eq!(String::from_utf8(bytes).unwrap(), d.text);
     for (top, chosen) in clp["top"].as_array().unwrap().iter().zip(&d.logprobs) {
         let top: Vec<f64> = top.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
@@ -104,8 +115,10 @@ fn openai_client_answers_equal_the_engine() {
     assert_eq!(got["completion_stop"]["finish"], d1.finish);
 
     // 8: a list of prompts.
-    let texts: Vec<String> =
-        ["One, two,", "Red, green,"].iter().map(|p| direct(&tok, text_prompt(p), greedy(), 6, &[], false).text).collect();
+    let texts: Vec<String> = ["One, two,", "Red, green,"]
+        .iter()
+        .map(|p| direct(&tok, text_prompt(p), greedy(), 6, &[], false).text)
+        .collect();
     assert_eq!(got["completion_list"]["texts"], serde_json::json!(texts));
     assert_eq!(got["models"], serde_json::json!([MODEL]));
 }

@@ -18,7 +18,10 @@ fn schemathesis_finds_no_server_error_and_no_schema_violation() {
     let out = std::process::Command::new(bin.join("st"))
         .current_dir(std::env::temp_dir())
         .args(["run", &format!("{}/openapi.json", s.url)])
-        .args(["--checks", "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"])
+        .args([
+            "--checks",
+            "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance",
+        ])
         .args(["--max-examples", "30", "--seed", "20261130", "--workers", "2", "--no-color", "--request-timeout", "60"])
         .env("SCHEMATHESIS_HOOKS", "")
         .output()

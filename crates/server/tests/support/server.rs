@@ -4,10 +4,10 @@
 
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::ModelConfig;
 use plumb_checkpoint::source::{DEFAULT_MODEL, NoProgress, ensure_model, plumb_home};
 use plumb_core::{Backend, ForwardBatch};
 use plumb_engine::{Engine, EngineHandle, Request};
-use plumb_checkpoint::ModelConfig;
 use plumb_models::{CausalLm, Trace};
 use plumb_sampling::SamplingParams;
 use plumb_scheduler::SchedulerConfig;
@@ -129,7 +129,10 @@ impl TestServer {
                     let file = default_model();
                     let tok = plumb_engine::load::tokenizer(&file).map_err(|e| e.to_string())?;
                     let template = plumb_engine::load::chat_template(&tok).map_err(|e| e.to_string())?;
-                    let handle = EngineHandle::spawn(engine(opts.max_lanes, opts.kv_tokens, opts.faulty, opts.ctx), opts.max_queue);
+                    let handle = EngineHandle::spawn(
+                        engine(opts.max_lanes, opts.kv_tokens, opts.faulty, opts.ctx),
+                        opts.max_queue,
+                    );
                     Ok(LoadedModel::new(MODEL.into(), handle, tok, template))
                 };
                 let shutdown = async move {
@@ -145,10 +148,10 @@ impl TestServer {
     /// Waits until /health says ready.
     pub fn wait_ready(&self) {
         for _ in 0..600 {
-            if let Ok(r) = raw_get::status(&format!("{}/health", self.url)) {
-                if r == 200 {
-                    return;
-                }
+            if let Ok(r) = raw_get::status(&format!("{}/health", self.url))
+                && r == 200
+            {
+                return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -213,10 +216,10 @@ pub fn direct(
     while engine.has_work() {
         for out in engine.step() {
             d.tokens.push(out.token);
-            if let Some(lp) = &out.logprobs {
-                if !tok.is_eog(out.token) {
-                    d.logprobs.push(lp.logprob);
-                }
+            if let Some(lp) = &out.logprobs
+                && !tok.is_eog(out.token)
+            {
+                d.logprobs.push(lp.logprob);
             }
             match matcher.push(&decoder.push(out.token).unwrap()) {
                 StopStep::Continue(t) => d.text.push_str(&t),
