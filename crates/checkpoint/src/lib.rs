@@ -1,14 +1,16 @@
 //! plumb-checkpoint: turns files on disk into metadata, tensor views and model hyper-parameters.
-//! It reads GGUF over a memory map (nothing is copied until a backend asks), validates every offset
+//! It reads GGUF and Hugging Face safetensors over a memory map (nothing is copied until a backend asks), validates every offset
 //! and size before use, owns the one GGUF↔Hugging Face tensor-name table, and resolves and fetches
 //! model sources (`plumb pull`). It knows no tensor math beyond block geometry.
 
 pub mod error;
 pub mod gguf;
 pub mod hparams;
+pub mod safetensors;
 pub mod source;
 pub mod tensor_names;
 
 pub use error::CheckpointError;
 pub use gguf::{GgufFile, MetaValue, TensorInfo};
 pub use hparams::ModelConfig;
+pub use safetensors::{SafetensorsFile, SafetensorsModel, StDtype, StTensorInfo};
