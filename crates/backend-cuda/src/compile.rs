@@ -40,7 +40,7 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// NVRTC's version as (major, minor).
-fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: NVRTC is loaded (checked by the caller); the out-pointers are valid locals.
     let r = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };

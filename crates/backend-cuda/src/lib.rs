@@ -90,6 +90,8 @@ pub struct CudaBackend {
     kernels: HashMap<String, CudaFunction>,
     device_name: String,
     arch: String,
+    driver_version: i32,
+    nvrtc_version: (i32, i32),
     /// Whether the kernels came from the disk cache (false: NVRTC compiled them now).
     pub kernels_cached: bool,
 }
@@ -164,7 +166,23 @@ impl CudaBackend {
             kernels.insert(name, f);
         }
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
-        Ok(CudaBackend { ctx, stream, _module: module, kernels, device_name, arch, kernels_cached })
+        let mut driver_version = 0;
+        // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) }
+            .result()
+            .map_err(driver("reading the driver version"))?;
+        let nvrtc_version = compile::nvrtc_version()?;
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            _module: module,
+            kernels,
+            device_name,
+            arch,
+            driver_version,
+            nvrtc_version,
+            kernels_cached,
+        })
     }
 
     /// The kernel module compiled for `arch` (e.g. `sm_90a`) with no device involved: checks that
@@ -186,6 +204,16 @@ impl CudaBackend {
     /// The architecture the kernels were compiled for (`sm_90a` on an H200).
     pub fn arch(&self) -> &str {
         &self.arch
+    }
+
+    /// The CUDA version the driver supports, as `major.minor` (e.g. `13.0`).
+    pub fn driver_version(&self) -> String {
+        format!("{}.{}", self.driver_version / 1000, self.driver_version % 1000 / 10)
+    }
+
+    /// The NVRTC (toolkit) version that compiled the kernels, as `major.minor`.
+    pub fn nvrtc_version(&self) -> String {
+        format!("{}.{}", self.nvrtc_version.0, self.nvrtc_version.1)
     }
 
     /// The device ordinal.
