@@ -68,13 +68,18 @@ fn weight(b: &CudaBackend, rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize
 fn linear_rows_are_batch_invariant_for_every_format() {
     let Some(b) = device::backend("linear") else { return };
     let mut rng = Rng::new(device::seed());
-    // K = 576 crosses one chunk boundary and ends in a partial chunk; N = 40 leaves a partial block of features.
+    // K = 576 crosses one 256-wide chunk boundary and ends in a partial chunk (K-quants, whose
+    // rows are whole 256-element super-blocks, take 768: three chunks); N = 40 and 24 leave
+    // partial blocks of 8 features.
     for (n, k) in [(40, 576), (24, 1536)] {
-        let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
+        let x = activations(&mut rng, MAX_M, k.max(768), Spread::DynamicRange);
         for ty in GgmlType::DEQUANTIZABLE {
+            let block = ty.info().expect("dequantizable types have a geometry").block_elems;
+            let k = if k.is_multiple_of(block) { k } else { k.next_multiple_of(block).max(768) };
+            let x = &x[..MAX_M * k];
             let w = weight(&b, &mut rng, ty, n, k);
             check_rows(&format!("linear {ty} {n}x{k}"), n, &mut |rows| {
-                let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
+                let xt = b.upload(&pick(x, k, rows), rows.len(), k);
                 let mut out = b.tensor(rows.len(), n);
                 b.linear(&xt, &w, &mut out);
                 b.download(&out)

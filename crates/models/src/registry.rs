@@ -64,7 +64,8 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
-pub const GATES_PASSED: &[(&str, &str, &str)] = &[("llama", "cpu", "receipts/check-cpu-smollm2.json")];
+pub const GATES_PASSED: &[(&str, &str, &str)] =
+    &[("llama", "cpu", "receipts/check-cpu-smollm2.json"), ("llama", "cuda", "receipts/check-cuda-smollm2.json")];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
@@ -112,7 +113,7 @@ mod tests {
     fn refusal_names_a_command_that_this_build_can_run() {
         let cpu = check_gate("qwen3", "cpu", "", "model.gguf").unwrap_err().to_string();
         assert!(cpu.contains("`plumb check --model model.gguf --device cpu`"), "{cpu}");
-        let cuda = check_gate("llama", "cuda", "", "model.gguf").unwrap_err().to_string();
+        let cuda = check_gate("qwen3", "cuda", "", "model.gguf").unwrap_err().to_string();
         assert!(cuda.contains("`plumb check --model model.gguf --device cuda`"), "{cuda}");
         let other = check_gate("llama", "metal", "", "model.gguf").unwrap_err().to_string();
         assert!(!other.contains("plumb check"), "no command that cannot work: {other}");
