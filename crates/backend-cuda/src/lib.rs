@@ -7,7 +7,7 @@
 //! the dtypes and the model's shapes — never by the number of rows, a row's place in the batch,
 //! chunking or the launch shape — so row r of any batch is bit-identical to that row alone.
 //! Device failures inside an op (out of memory, a faulted kernel) panic with the driver's error:
-//! the backend traits are infallible today (see the crate's README note in `CudaError`).
+//! the backend traits are infallible today (see `CudaError`).
 
 mod compile;
 mod kv;
