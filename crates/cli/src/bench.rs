@@ -4,10 +4,9 @@
 
 use crate::counts;
 use crate::receipt;
-use crate::session::{ModelArgs, Session};
+use crate::session::{ModelArgs, OpenBackend, Session};
 use anyhow::Result;
 use plumb_checkpoint::source::{NoProgress, sha256_file};
-use plumb_core::Backend;
 use plumb_engine::Request;
 use plumb_sampling::SamplingParams;
 use serde_json::json;
@@ -64,7 +63,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Seconds to prefill `prompt` and, separately, to decode `gen` more tokens.
-fn timed_generation(s: &mut Session, prompt: Vec<u32>, num_gen: usize) -> Result<(f64, f64)> {
+fn timed_generation<B: plumb_core::FullBackend>(
+    s: &mut Session<B>,
+    prompt: Vec<u32>,
+    num_gen: usize,
+) -> Result<(f64, f64)> {
     let req = Request::new(prompt, SamplingParams::greedy(), num_gen + 1, vec![]);
     s.engine.add_request(req)?;
     let start = Instant::now();
@@ -83,12 +86,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(levels) = &args.concurrency {
         return crate::bench_lanes::run(args, levels);
     }
+    crate::on_device!(args.model.device, B => run_on::<B>(args))
+}
+
+fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
     let started = crate::receipt::Started::now();
     let ctx = (args.prompt_len.max(args.depth) + args.gen_len + 1).max(args.model.ctx.unwrap_or(0));
     let model = ModelArgs { ctx: Some(ctx), ..args.model.clone() };
-    let mut s = Session::open(&model, args.prompt_len.max(1))?;
+    let mut s = Session::<B>::open(&model, args.prompt_len.max(1))?;
     let vocab = s.engine.model().config().vocab_size;
-    let threads = s.engine.backend().num_threads();
+    let threads = s.engine.backend().threads();
     eprintln!("benchmarking {} on {} ...", s.path.display(), s.engine.backend().name());
     // Warm-up: touches every weight page once so runs measure compute, not disk.
     timed_generation(&mut s, tokens(16, vocab, 99), 2)?;
@@ -107,6 +114,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut figures = json!({
         "backend": s.engine.backend().name(),
         "threads": threads,
+        "device": s.engine.backend().device_info(),
         "repetitions": args.repetitions,
         format!("pp{}_tokens_per_s", args.prompt_len): median(pp.clone()),
         format!("tg{}_tokens_per_s", args.gen_len): median(tg.clone()),

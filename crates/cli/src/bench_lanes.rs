@@ -103,7 +103,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     }
     let path = crate::resolve_model(args.model.model.as_deref())?;
     let file = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let backend = CpuBackend::new(args.model.threads);
+    let backend = <CpuBackend as crate::session::OpenBackend>::open(&args.model)?;
     let model = plumb_models::load_model(&file, &backend)?;
     let vocab = model.config().vocab_size;
     let lanes = *levels.iter().max().expect("non-empty");

@@ -2,9 +2,8 @@
 //! on a backend, printed as tables and written as a receipt.
 
 use crate::receipt;
-use crate::session::{ModelArgs, Session};
+use crate::session::{ModelArgs, OpenBackend, Session};
 use anyhow::{Result, bail};
-use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
 use plumb_checkpoint::source::{NoProgress, sha256_file};
 use plumb_engine::Request;
@@ -20,9 +19,6 @@ use std::path::PathBuf;
 pub struct CheckArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The backend to check (only `cpu` exists so far).
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
     /// Only the first two controls (64 tokens each) instead of eight plus a 512-token one. Their
     /// figures equal a full run's exactly, so a quick run reproduces part of a committed receipt.
     #[arg(long)]
@@ -30,7 +26,7 @@ pub struct CheckArgs {
     /// Seed of the conformance inputs (default: from the clock; printed).
     #[arg(long, allow_negative_numbers = true, value_parser = crate::counts::non_negative_u64)]
     pub seed: Option<u64>,
-    /// Where to write the receipt (default: $PLUMB_HOME/receipts/check-<backend>.json).
+    /// Where to write the receipt (default: $PLUMB_HOME/receipts/check-<device kind>.json).
     #[arg(long)]
     pub receipt: Option<PathBuf>,
     /// Golden fixtures from Hugging Face transformers in float64 for this model (default:
@@ -71,28 +67,38 @@ combined movable metal type, oil-based inks and a wooden screw press into a prac
 fifty years, printing shops had spread across Europe, the price of a book had fallen sharply, and ordinary merchants could \
 afford to own one. As a result,";
 
-/// The CPU backend computes in float32 like the floor's reference chain but in its own fixed
+/// The CPU and CUDA backends compute in float32 like the floor's reference chain but in its own fixed
 /// order; measured it sits at about half the floor. 4× the floor allows any order of equal
 /// quality while staying orders of magnitude below bf16 (2e-2) or 8-bit activations (3.7e-2);
 /// no allowance for quantized activations, since the CPU backend uses none. Near-ties: the
 /// default model's logits are O(10), so the CPU's per-logit error is about 3e-6 × 10 = 3e-5; a
 /// float64 top-2 gap under 1e-3 (30× that) may flip under any float32 order of equal quality.
-const CPU_BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0, near_tie: 1e-3 };
+const F32_BOUND: GateBound = GateBound { floor_multiple: 4.0, abs_allowance: 0.0, near_tie: 1e-3 };
 
 pub fn run(args: &CheckArgs) -> Result<()> {
+    crate::on_device!(args.model.device, B => run_on::<B>(args))
+}
+
+fn run_on<B: OpenBackend>(args: &CheckArgs) -> Result<()> {
     let started = receipt::Started::now();
-    if args.backend != "cpu" {
-        bail!("backend `{}` is not available; plumb check supports: cpu", args.backend);
-    }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     });
-    let mut session = Session::open(&args.model, 256)?;
-    let threads = session.engine.backend().num_threads();
-    let cpu = CpuBackend::new(threads);
+    // The gate decides whether the family may run here, so opening must not require it to have passed.
+    let session_backend = B::open(&args.model)?;
+    let path = crate::resolve_model(args.model.model.as_deref())?;
+    let mut session = Session::open_path(&path, &args.model, 256, session_backend, false)?;
+    // Threads for the float64 reference: the CPU backend's own count, or every core beside a GPU.
+    let threads = session
+        .engine
+        .backend()
+        .threads()
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let backend = B::open(&args.model)?;
+    let kind = plumb_core::Backend::kind(&backend);
 
     println!("== conformance: every op and weight format vs float64 (seed {seed}) ==");
-    let cases = run_suite(&cpu, seed);
+    let cases = run_suite(&backend, seed);
     for c in &cases {
         println!(
             "{:<13} {:<46} {:>10.3e} ≤ {:<10.3e} {}",
@@ -105,7 +111,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     }
     let conformance_pass = cases.iter().all(|c| c.pass);
 
-    println!("\n== whole-model gate: {} on {} vs float64 ==", session.path.display(), plumb_core::Backend::name(&cpu));
+    println!(
+        "\n== whole-model gate: {} on {} vs float64 ==",
+        session.path.display(),
+        plumb_core::Backend::name(&backend)
+    );
     let (prompts, gen_len, long): (&[&str], usize, bool) =
         if args.quick { (&PROMPTS[..2], 64, false) } else { (&PROMPTS, 64, true) };
     let mut controls: Vec<Control> = prompts
@@ -121,7 +131,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         });
     }
     let file = GgufFile::open(&session.path)?;
-    let gate = run_gate(&file, &cpu, &controls, CPU_BOUND, threads)?;
+    let gate = run_gate(&file, &backend, &controls, F32_BOUND, threads)?;
     println!(
         "{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  near-ties  chunked  laned",
         "control", "tokens", "nrms mean", "nrms max", "floor mean", "floor max"
@@ -144,9 +154,9 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     println!(
         "all: NRMS mean {:.3e} (bound {:.3e}), worst {:.3e} (bound {:.3e}); floor mean {:.3e}, worst {:.3e}",
         gate.nrms_mean,
-        CPU_BOUND.floor_multiple * gate.floor_mean,
+        F32_BOUND.floor_multiple * gate.floor_mean,
         gate.nrms_worst,
-        CPU_BOUND.floor_multiple * gate.floor_worst,
+        F32_BOUND.floor_multiple * gate.floor_worst,
         gate.floor_mean,
         gate.floor_worst
     );
@@ -154,10 +164,14 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     println!("\n== outside reference: Hugging Face transformers in float64 ==");
     let outside = match outside_fixture(args, &session.path)? {
         Some(fixture) => {
-            let report = compare(&file, &cpu, &fixture, prompts.len() + usize::from(long), threads)?;
+            let report = compare(&file, &backend, &fixture, prompts.len() + usize::from(long), threads)?;
             println!(
                 "{:<14} {:>9} {:>16} {:>13} {:>13}",
-                "prompt", "positions", "float64 graph", "cpu mean", "cpu worst"
+                "prompt",
+                "positions",
+                "float64 graph",
+                format!("{kind} mean"),
+                format!("{kind} worst")
             );
             for p in &report.prompts {
                 println!(
@@ -204,8 +218,9 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let family = plumb_models::registry::family_of(&session.engine.model().config().architecture).unwrap_or("unknown");
     let figures = json!({
         "family": family,
-        "backend_kind": "cpu",
-        "backend": plumb_core::Backend::name(&cpu),
+        "backend_kind": kind,
+        "backend": plumb_core::Backend::name(&backend),
+        "device": backend.device_info(),
         "quick": args.quick,
         "conformance_seed": seed,
         "conformance": cases,
@@ -219,7 +234,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let r = receipt::envelope("check", started, &session.path, &sha, figures);
     let path = match &args.receipt {
         Some(p) => p.clone(),
-        None => plumb_checkpoint::source::plumb_home()?.join("receipts").join(format!("check-{}.json", args.backend)),
+        None => plumb_checkpoint::source::plumb_home()?.join("receipts").join(format!("check-{kind}.json")),
     };
     receipt::write(&path, &r)?;
     println!("\nreceipt written to {}", path.display());
@@ -233,7 +248,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-fn generate(s: &mut Session, req: Request) {
+fn generate<B: plumb_core::FullBackend>(s: &mut Session<B>, req: Request) {
     if s.engine.add_request(req).is_ok() {
         while s.engine.has_work() {
             s.engine.step();

@@ -78,7 +78,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
         bail!("--chunk must be at least 4 tokens");
     }
     let model = ModelArgs { ctx: Some(args.chunk), ..args.model.clone() };
-    let mut s = Session::open(&model, args.chunk.min(512))?;
+    let mut s = Session::<plumb_backend_cpu::CpuBackend>::open(&model, args.chunk.min(512))?;
     let tokens = s.tokenizer.encode(&text, false, false);
     let available = tokens.len() / args.chunk;
     let num_chunks = args.chunks.map_or(available, |c| c.min(available));

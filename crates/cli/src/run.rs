@@ -3,7 +3,7 @@
 
 use crate::counts;
 use crate::progress::PrefillMeter;
-use crate::session::{ModelArgs, Session};
+use crate::session::{ModelArgs, OpenBackend, Session};
 use crate::signals::CatchInterrupt;
 use anyhow::{Context, Result, bail};
 use plumb_engine::{FinishReason, Request};
@@ -145,8 +145,8 @@ pub struct GenStats {
 
 /// Generates from `prompt` ids, writing text to `out` as it comes: until the model ends its
 /// turn, `-n` tokens, a stop string, Ctrl-C (when `interrupt` is given) or a full context.
-pub fn generate(
-    s: &mut Session,
+pub fn generate<B: plumb_core::FullBackend>(
+    s: &mut Session<B>,
     prompt: Vec<u32>,
     sample: &SampleArgs,
     interrupt: Option<&CatchInterrupt>,
@@ -243,7 +243,7 @@ fn print_stats(st: &GenStats) {
 }
 
 /// Prompt ids: raw text, or the chat template around one user turn.
-fn prompt_ids(s: &Session, prompt: &str, raw: bool) -> Result<Vec<u32>> {
+fn prompt_ids<B: plumb_core::FullBackend>(s: &Session<B>, prompt: &str, raw: bool) -> Result<Vec<u32>> {
     let text = if raw {
         prompt.to_string()
     } else {
@@ -282,8 +282,12 @@ fn read_prompt(args: &RunArgs) -> Result<String> {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
+    crate::on_device!(args.model.device, B => run_on::<B>(args))
+}
+
+fn run_on<B: OpenBackend>(args: &RunArgs) -> Result<()> {
     let prompt = read_prompt(args)?;
-    let mut s = Session::open(&args.model, 512)?;
+    let mut s = Session::<B>::open(&args.model, 512)?;
     let ids = prompt_ids(&s, &prompt, args.raw)?;
     let mut stdout = std::io::stdout().lock();
     let stats = generate(&mut s, ids, &args.sample, None, &mut stdout)?;

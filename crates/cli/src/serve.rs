@@ -4,7 +4,7 @@
 
 use crate::counts;
 use crate::receipt;
-use crate::session::{Lanes, ModelArgs, Session};
+use crate::session::{Lanes, ModelArgs, OpenBackend, Session};
 use anyhow::{Context, Result};
 use plumb_engine::EngineHandle;
 use plumb_server::{LoadedModel, ServerConfig};
@@ -45,6 +45,15 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    crate::on_device!(args.model.device, B => serve_on::<B>(args))
+}
+
+fn serve_on<B: OpenBackend>(args: ServeArgs) -> Result<()>
+where
+    B::KvCache: 'static,
+{
+    // The device first: a missing GPU is one clear line before anything listens.
+    let backend = B::open(&args.model)?;
     let api_key = args.api_key.clone().or_else(|| std::env::var("PLUMB_API_KEY").ok()).filter(|k| !k.is_empty());
     let config = ServerConfig {
         api_key,
@@ -64,7 +73,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let url = format!("http://{}", listener.local_addr()?);
         eprintln!("plumb serve: listening on {url} (the model is loading; /health answers 503 until it is ready)");
         let ready_url = url.clone();
-        let load = move || load(&args).map_err(|e| format!("{e:#}"));
+        let load = move || load(&args, backend).map_err(|e| format!("{e:#}"));
         let on_ready = move |m: &LoadedModel| {
             eprintln!("ready: {} at {ready_url}/v1 (OpenAI API; Ctrl-C stops)", m.name);
         };
@@ -74,12 +83,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
     })
 }
 
-fn load(args: &ServeArgs) -> Result<LoadedModel> {
+fn load<B: OpenBackend>(args: &ServeArgs, backend: B) -> Result<LoadedModel>
+where
+    B::KvCache: 'static,
+{
     let path = crate::resolve_model(args.model.model.as_deref())?;
     // Default: two full contexts, so a long request never waits for another one to finish.
     let kv_tokens = args.kv_tokens.unwrap_or(2 * args.model.ctx.unwrap_or(8192));
     let lanes = Lanes { max_lanes: args.max_lanes, kv_tokens, max_waiting: args.max_queue };
-    let session = Session::open_lanes(&path, &args.model, args.step_tokens, &lanes)?;
+    let session = Session::open_lanes(&path, &args.model, args.step_tokens, backend, true, &lanes)?;
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         path.file_name().map_or("model".into(), |n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
     });

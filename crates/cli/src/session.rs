@@ -1,11 +1,13 @@
 //! A loaded model ready to serve: checkpoint, tokenizer, chat template, backend and engine.
-//! The CLI's one place that picks a backend.
+//! The CLI's one place that picks a backend: `--device` names it, [`on_device!`] turns it into a
+//! type, and [`OpenBackend`] builds it.
 
 use crate::counts;
 use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
+use plumb_backend_cuda::CudaBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::Backend;
+use plumb_core::FullBackend;
 use plumb_engine::Engine;
 use plumb_engine::load;
 use plumb_scheduler::SchedulerConfig;
@@ -28,6 +30,9 @@ pub struct ModelArgs {
     /// Context length in tokens, prompt and answer together (default: the model's, at most 8192).
     #[arg(long, allow_negative_numbers = true, value_parser = counts::positive)]
     pub ctx: Option<usize>,
+    /// Where the model runs: `cpu`, or `cuda` / `cuda:N` for NVIDIA GPU N (run, serve, check and bench).
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 /// How many requests an engine runs at once and the KV room they share.
@@ -45,33 +50,132 @@ impl Lanes {
     pub const ONE: Lanes = Lanes { max_lanes: 1, kv_tokens: 0, max_waiting: 16 };
 }
 
-pub struct Session {
+/// A device `--device` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}` (expected cpu, cuda or cuda:N)")),
+        }
+    }
+}
+
+/// Runs `$body` with `$B` bound to the backend type of `$device`; the body is compiled once per
+/// backend, so generic code stays free of dynamic dispatch.
+#[macro_export]
+macro_rules! on_device {
+    ($device:expr, $B:ident => $body:expr) => {
+        match $device {
+            $crate::session::Device::Cpu => {
+                type $B = plumb_backend_cpu::CpuBackend;
+                $body
+            }
+            $crate::session::Device::Cuda(_) => {
+                type $B = plumb_backend_cuda::CudaBackend;
+                $body
+            }
+        }
+    };
+}
+
+/// A backend the CLI can build from its model arguments.
+pub trait OpenBackend: FullBackend + Sized + 'static {
+    fn open(args: &ModelArgs) -> Result<Self>;
+    /// Kernel threads, for backends that run on CPU threads.
+    fn threads(&self) -> Option<usize>;
+    /// What a receipt records about the device beyond its name.
+    fn device_info(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+impl OpenBackend for CpuBackend {
+    fn open(args: &ModelArgs) -> Result<Self> {
+        if args.device != Device::Cpu {
+            anyhow::bail!("this command runs on the CPU only so far (--device cuda works with run, serve, check and bench)");
+        }
+        warn_threads(args.threads);
+        Ok(CpuBackend::new(args.threads))
+    }
+    fn threads(&self) -> Option<usize> {
+        Some(self.num_threads())
+    }
+}
+
+impl OpenBackend for CudaBackend {
+    fn open(args: &ModelArgs) -> Result<Self> {
+        let Device::Cuda(ordinal) = args.device else { anyhow::bail!("the CUDA backend needs --device cuda") };
+        Ok(CudaBackend::new(ordinal)?)
+    }
+    fn threads(&self) -> Option<usize> {
+        None
+    }
+    fn device_info(&self) -> serde_json::Value {
+        serde_json::json!({
+            "device": self.device_name(),
+            "ordinal": self.ordinal(),
+            "arch": self.arch(),
+            "driver_cuda_version": self.driver_version(),
+            "nvrtc_version": self.nvrtc_version(),
+            "kernels_from_disk_cache": self.kernels_cached,
+        })
+    }
+}
+
+pub struct Session<B: FullBackend = CpuBackend> {
     pub path: PathBuf,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
-    pub engine: Engine<CpuBackend>,
+    pub engine: Engine<B>,
 }
 
-impl Session {
-    pub fn open(args: &ModelArgs, max_batch_tokens: usize) -> Result<Session> {
+impl<B: OpenBackend> Session<B> {
+    pub fn open(args: &ModelArgs, max_batch_tokens: usize) -> Result<Self> {
+        // The device first: a missing GPU is reported before any model is looked for or pulled.
+        let backend = B::open(args)?;
         let path = crate::resolve_model(args.model.as_deref())?;
-        Self::open_path(&path, args, max_batch_tokens)
+        Self::open_path(&path, args, max_batch_tokens, backend, true)
     }
 
-    pub fn open_path(path: &Path, args: &ModelArgs, max_batch_tokens: usize) -> Result<Session> {
-        Self::open_lanes(path, args, max_batch_tokens, &Lanes::ONE)
+    /// Opens `path` on `backend` for one request at a time; `gated: false` skips the family's
+    /// gate check (for `plumb check`, which runs the gate itself).
+    pub fn open_path(path: &Path, args: &ModelArgs, max_batch_tokens: usize, backend: B, gated: bool) -> Result<Self> {
+        Self::open_lanes(path, args, max_batch_tokens, backend, gated, &Lanes::ONE)
     }
 
     /// A session whose engine runs up to `lanes.max_lanes` requests at once.
-    pub fn open_lanes(path: &Path, args: &ModelArgs, max_batch_tokens: usize, lanes: &Lanes) -> Result<Session> {
+    pub fn open_lanes(
+        path: &Path,
+        args: &ModelArgs,
+        max_batch_tokens: usize,
+        backend: B,
+        gated: bool,
+        lanes: &Lanes,
+    ) -> Result<Self> {
         let start = Instant::now();
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         check_architecture(&file).with_context(|| format!("loading {}", path.display()))?;
-        warn_threads(args.threads);
         let tokenizer = load::tokenizer(&file)?;
         let template = load::chat_template(&tokenizer)?;
-        let backend = CpuBackend::new(args.threads);
-        let model = plumb_models::load_model(&file, &backend).with_context(|| format!("loading {}", path.display()))?;
+        let model = if gated {
+            plumb_models::load_model(&file, &backend)
+        } else {
+            plumb_models::registry::load_model_with(&file, &backend, None)
+        }
+        .with_context(|| format!("loading {}", path.display()))?;
         let model_ctx = model.config().max_position_embeddings;
         let ctx = args.ctx.unwrap_or(model_ctx.min(8192));
         if ctx == 0 || ctx > model_ctx {

@@ -46,7 +46,7 @@ pub trait Backend: Send + Sync {
     type KvCache: Send;
 
     fn name(&self) -> String;
-    /// The backend's kind as `--backend` and the gate table name it: `cpu`, `ref`, `cuda`.
+    /// The backend's kind as `--device` and the gate table name it: `cpu`, `ref`, `cuda`.
     fn kind(&self) -> &'static str;
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;

@@ -33,7 +33,7 @@ pub enum ModelError {
 }
 
 /// Backends `plumb check` can gate in this build.
-pub const CHECKABLE_BACKENDS: &[&str] = &["cpu"];
+pub const CHECKABLE_BACKENDS: &[&str] = &["cpu", "cuda"];
 
 /// The refusal's words: what happened and a command that works.
 fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
@@ -42,7 +42,7 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
     );
     if CHECKABLE_BACKENDS.contains(&backend) {
         format!(
-            "{head} Gate it with `plumb check --model {model} --backend {backend}`, or set PLUMB_EXPERIMENTAL={family} to run it anyway"
+            "{head} Gate it with `plumb check --model {model} --device {backend}`, or set PLUMB_EXPERIMENTAL={family} to run it anyway"
         )
     } else {
         format!(
@@ -64,7 +64,8 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
-pub const GATES_PASSED: &[(&str, &str, &str)] = &[("llama", "cpu", "receipts/check-cpu-smollm2.json")];
+pub const GATES_PASSED: &[(&str, &str, &str)] =
+    &[("llama", "cpu", "receipts/check-cpu-smollm2.json"), ("llama", "cuda", "receipts/check-cuda-smollm2.json")];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
@@ -111,10 +112,12 @@ mod tests {
     #[test]
     fn refusal_names_a_command_that_this_build_can_run() {
         let cpu = check_gate("qwen3", "cpu", "", "model.gguf").unwrap_err().to_string();
-        assert!(cpu.contains("`plumb check --model model.gguf --backend cpu`"), "{cpu}");
-        let cuda = check_gate("llama", "cuda", "", "model.gguf").unwrap_err().to_string();
-        assert!(!cuda.contains("plumb check"), "no command that cannot work: {cuda}");
-        assert!(cuda.contains("PLUMB_EXPERIMENTAL=llama"), "{cuda}");
+        assert!(cpu.contains("`plumb check --model model.gguf --device cpu`"), "{cpu}");
+        let cuda = check_gate("qwen3", "cuda", "", "model.gguf").unwrap_err().to_string();
+        assert!(cuda.contains("`plumb check --model model.gguf --device cuda`"), "{cuda}");
+        let other = check_gate("llama", "metal", "", "model.gguf").unwrap_err().to_string();
+        assert!(!other.contains("plumb check"), "no command that cannot work: {other}");
+        assert!(other.contains("PLUMB_EXPERIMENTAL=llama"), "{other}");
         assert!(check_gate("llama", "cpu", "", "m").is_ok());
         assert!(check_gate("qwen3", "cpu", "x, qwen3", "m").is_ok());
     }

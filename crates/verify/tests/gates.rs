@@ -179,13 +179,15 @@ fn ungated_family_is_refused_before_any_weight_is_read() {
     let path = std::env::temp_dir().join(format!("plumb-ungated-{}.gguf", std::process::id()));
     std::fs::write(&path, w.to_bytes()).unwrap();
     let file = GgufFile::open(&path).unwrap();
-    let cuda_like = Faulty { inner: CpuBackend::new(1), fault: Fault::PretendKind("cuda") };
-    let err = plumb_models::load_model_with(&file, &cuda_like, Some("")).err().expect("refused").to_string();
-    assert!(err.contains("has not passed its whole-model gate on the `cuda` backend"), "{err}");
+    let ungated_kind = Faulty { inner: CpuBackend::new(1), fault: Fault::PretendKind("rocm") };
+    let err = plumb_models::load_model_with(&file, &ungated_kind, Some("")).err().expect("refused").to_string();
+    assert!(err.contains("has not passed its whole-model gate on the `rocm` backend"), "{err}");
     assert!(err.contains("PLUMB_EXPERIMENTAL=llama"), "{err}");
     // Opting in gets past the gate, to the weights (which this file lacks).
-    let err =
-        plumb_models::load_model_with(&file, &cuda_like, Some("qwen2, llama")).err().expect("no weights").to_string();
+    let err = plumb_models::load_model_with(&file, &ungated_kind, Some("qwen2, llama"))
+        .err()
+        .expect("no weights")
+        .to_string();
     assert!(err.contains("missing"), "{err}");
     // The gated pair loads without opting in (again failing only at the weights).
     let err =

@@ -1,0 +1,119 @@
+// Paged causal grouped-query attention: one warp per (row, head), prefill, decode and verify rows
+// alike in one launch.
+//
+// The canonical arithmetic of one (row, head) at absolute position p, fixed by the model's shapes:
+// positions 0..=p are cut into tiles at absolute multiples of ATT_TILE (64), tiles grouped into
+// splits at absolute multiples of ATT_SPLIT (1024). Score of position j: one fmaf chain over the
+// head's dims in ascending order (q from shared memory, k from the cache), times `scale`.
+// Inside a split, tiles are taken in ascending order with an online softmax: tile max (exact),
+// running max m, alpha = exp(m_old - m), exponentials exp(s - m), the tile's sum by the xor
+// butterfly over lanes (each lane first adds its two positions), l = l * alpha + tile sum, and
+// acc[d] = acc[d] * alpha followed by one fmaf per position in ascending order. Splits merge into
+// the total by a left fold in split order (both sides rescaled to the larger max), and the output
+// is acc / l once at the end. Positions past p are never read (causal tiles are skipped), so the
+// result depends only on p and the cached K/V, never on other rows, chunking or cache history.
+
+#define ATT_TILE 64
+#define ATT_SPLIT 1024
+#define ATT_WARPS 4
+#define ATT_MAX_DIM 256
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// meta (u32): positions [num_rows], row_lane [num_rows], table_start [num_lanes + 1], tables.
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
+    attention(const float* __restrict__ q, const float* __restrict__ k_cache, const float* __restrict__ v_cache,
+              const u32* __restrict__ meta, int num_rows, int num_lanes, int num_heads, int num_kv_heads,
+              int head_dim, int block_size, float scale, float* __restrict__ out) {
+    __shared__ float qs[ATT_WARPS][ATT_MAX_DIM];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int unit = blockIdx.x * ATT_WARPS + warp;
+    if (unit >= num_rows * num_heads) return;
+    const int row = unit / num_heads, head = unit % num_heads;
+    const int kv_head = head / (num_heads / num_kv_heads);
+    const u32* positions = meta;
+    const u32* row_lane = meta + num_rows;
+    const u32* table_start = meta + 2 * num_rows;
+    const u32* table = meta + 2 * num_rows + num_lanes + 1 + table_start[row_lane[row]];
+    const int ctx = (int)positions[row] + 1;
+    const u64 stride = (u64)num_kv_heads * head_dim;
+    const u64 base = (u64)kv_head * head_dim;
+    const int nd = head_dim / 32;
+
+    const float* qh = q + ((u64)row * num_heads + head) * head_dim;
+    for (int d = lane; d < head_dim; d += 32) qs[warp][d] = qh[d];
+    __syncwarp();
+
+    float m_tot = NEG_INF, l_tot = 0.0f, acc_tot[ATT_MAX_DIM / 32];
+    float m_s = NEG_INF, l_s = 0.0f, acc_s[ATT_MAX_DIM / 32];
+#pragma unroll
+    for (int i = 0; i < ATT_MAX_DIM / 32; i++) acc_tot[i] = acc_s[i] = 0.0f;
+
+    for (int t0 = 0; t0 < ctx; t0 += ATT_TILE) {
+        float s[2], e[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int pos = t0 + 32 * h + lane;
+            s[h] = NEG_INF;
+            if (pos < ctx) {
+                const u64 slot = (u64)table[pos / block_size] * block_size + pos % block_size;
+                const float* kr = k_cache + slot * stride + base;
+                float dot = 0.0f;
+                for (int d = 0; d < head_dim; d++) dot = fmaf(qs[warp][d], kr[d], dot);
+                s[h] = __fmul_rn(dot, scale);
+            }
+        }
+        const float m_new = fmaxf(m_s, warp_max(fmaxf(s[0], s[1])));
+        const float alpha = expf(m_s - m_new);
+#pragma unroll
+        for (int h = 0; h < 2; h++) e[h] = (t0 + 32 * h + lane < ctx) ? expf(s[h] - m_new) : 0.0f;
+        l_s = __fadd_rn(__fmul_rn(l_s, alpha), warp_sum(__fadd_rn(e[0], e[1])));
+        const int tlen = min(ATT_TILE, ctx - t0);
+#pragma unroll
+        for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+            if (i < nd) acc_s[i] = __fmul_rn(acc_s[i], alpha);
+        }
+        for (int j = 0; j < tlen; j++) {
+            const float p = __shfl_sync(0xffffffffu, j < 32 ? e[0] : e[1], j % 32);
+            const int pos = t0 + j;
+            const u64 slot = (u64)table[pos / block_size] * block_size + pos % block_size;
+            const float* vr = v_cache + slot * stride + base;
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+                if (i < nd) acc_s[i] = fmaf(p, vr[32 * i + lane], acc_s[i]);
+            }
+        }
+        m_s = m_new;
+        if ((t0 + ATT_TILE) % ATT_SPLIT == 0 || t0 + ATT_TILE >= ctx) {
+            const float m = fmaxf(m_tot, m_s);
+            const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
+            l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+                if (i < nd) {
+                    acc_tot[i] = __fadd_rn(__fmul_rn(acc_tot[i], a_tot), __fmul_rn(acc_s[i], a_s));
+                    acc_s[i] = 0.0f;
+                }
+            }
+            m_tot = m;
+            m_s = NEG_INF;
+            l_s = 0.0f;
+        }
+    }
+    float* oh = out + ((u64)row * num_heads + head) * head_dim;
+#pragma unroll
+    for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+        if (i < nd) oh[32 * i + lane] = __fdiv_rn(acc_tot[i], l_tot);
+    }
+}

@@ -1,0 +1,158 @@
+// Exact dequantization of one element of a GGML row, one rule per format, used by every kernel
+// (`embed` and `linear` alike). Each rule is plumb_core::quant's, operation for operation: the
+// same f16 widening, the same f32 multiplies and adds, each rounded on its own (the module is
+// compiled with --fmad=false, and the roundings are spelled out with __fmul_rn / __fadd_rn).
+// Type template arguments are GGML type ids.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define TY_F32 0
+#define TY_F16 1
+#define TY_Q4_0 2
+#define TY_Q4_1 3
+#define TY_Q5_0 6
+#define TY_Q5_1 7
+#define TY_Q8_0 8
+#define TY_Q2_K 10
+#define TY_Q3_K 11
+#define TY_Q4_K 12
+#define TY_Q5_K 13
+#define TY_Q6_K 14
+#define TY_BF16 30
+
+// Exact f16 -> f32 widening in integer code (no header needed).
+__device__ __forceinline__ float f16_to_f32(u32 h) {
+    u32 sign = (h & 0x8000u) << 16;
+    u32 exp = (h >> 10) & 0x1Fu;
+    u32 man = h & 0x3FFu;
+    if (exp == 0) {
+        // Subnormal or zero: man * 2^-24, exact in f32.
+        float v = __fmul_rn((float)man, 1.0f / 16777216.0f);
+        return __uint_as_float(sign | __float_as_uint(v));
+    }
+    if (exp == 0x1F) return __uint_as_float(sign | 0x7F800000u | (man << 13));
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// The little-endian f16 at byte `at` (byte loads: block fields are not always aligned).
+__device__ __forceinline__ float f16_at(const u8* b, int at) {
+    return f16_to_f32((u32)b[at] | ((u32)b[at + 1] << 8));
+}
+
+// The 4-bit (or 5-bit low part) quant of element j of a 32-element legacy block whose nibbles start at qs.
+__device__ __forceinline__ u32 nibble(const u8* qs, int j) {
+    return j < 16 ? (qs[j] & 0x0Fu) : (qs[j - 16] >> 4);
+}
+
+// Scale and min of sub-block `sub` of a Q4_K / Q5_K super-block (12 packed bytes of 6-bit values).
+__device__ __forceinline__ void k_scale_min(const u8* s, int sub, u32* sc, u32* mn) {
+    if (sub < 4) {
+        *sc = s[sub] & 0x3Fu;
+        *mn = s[4 + sub] & 0x3Fu;
+    } else {
+        int i = sub - 4;
+        *sc = (s[8 + i] & 0x0Fu) | ((s[i] >> 2) & 0x30u);
+        *mn = (s[8 + i] >> 4) | ((s[4 + i] >> 2) & 0x30u);
+    }
+}
+
+// Element k of the row starting at `row`, in type TY.
+template <int TY>
+__device__ __forceinline__ float deq(const u8* row, int k) {
+    if (TY == TY_F32) {
+        return ((const float*)row)[k];
+    } else if (TY == TY_F16) {
+        return f16_to_f32(((const unsigned short*)row)[k]);
+    } else if (TY == TY_BF16) {
+        return __uint_as_float((u32)((const unsigned short*)row)[k] << 16);
+    } else if (TY == TY_Q4_0) {
+        const u8* b = row + (k / 32) * 18;
+        int q = (int)nibble(b + 2, k % 32) - 8;
+        return __fmul_rn(f16_at(b, 0), (float)q);
+    } else if (TY == TY_Q4_1) {
+        const u8* b = row + (k / 32) * 20;
+        u32 q = nibble(b + 4, k % 32);
+        return __fadd_rn(__fmul_rn(f16_at(b, 0), (float)q), f16_at(b, 2));
+    } else if (TY == TY_Q5_0 || TY == TY_Q5_1) {
+        const int bytes = TY == TY_Q5_0 ? 22 : 24;
+        const int qh_at = TY == TY_Q5_0 ? 2 : 4;
+        const u8* b = row + (k / 32) * bytes;
+        int j = k % 32;
+        u32 qh = (u32)b[qh_at] | ((u32)b[qh_at + 1] << 8) | ((u32)b[qh_at + 2] << 16) | ((u32)b[qh_at + 3] << 24);
+        u32 q = nibble(b + qh_at + 4, j) | (((qh >> j) & 1u) << 4);
+        if (TY == TY_Q5_0) return __fmul_rn(f16_at(b, 0), (float)((int)q - 16));
+        return __fadd_rn(__fmul_rn(f16_at(b, 0), (float)q), f16_at(b, 2));
+    } else if (TY == TY_Q8_0) {
+        const u8* b = row + (k / 32) * 34;
+        return __fmul_rn((float)(signed char)b[2 + k % 32], f16_at(b, 0));
+    } else if (TY == TY_Q2_K) {
+        const u8* b = row + (k / 256) * 84;
+        int idx = k % 256;
+        int half = idx / 128, shift = (idx / 32) % 4, l = idx % 32;
+        u32 q = (b[16 + half * 32 + l] >> (2 * shift)) & 3u;
+        u32 sc = b[idx / 16];
+        float dl = __fmul_rn(f16_at(b, 80), (float)(sc & 0x0Fu));
+        float ml = __fmul_rn(f16_at(b, 82), (float)(sc >> 4));
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    } else if (TY == TY_Q3_K) {
+        const u8* b = row + (k / 256) * 110;
+        const u8* packed = b + 96;
+        int idx = k % 256;
+        int i = idx / 16;
+        u32 low = (packed[i % 8] >> (4 * (i / 8))) & 0x0Fu;
+        u32 high = (packed[8 + i % 4] >> (2 * (i / 4))) & 0x03u;
+        float s = (float)((int)(signed char)(u8)(low | (high << 4)) - 32);
+        int half = idx / 128, shift = (idx / 32) % 4, l = idx % 32;
+        int lq = (b[32 + half * 32 + l] >> (2 * shift)) & 3;
+        // A set hmask bit means "no offset"; a clear one subtracts 4.
+        int hb = ((b[l] >> (idx / 32)) & 1) ^ 1;
+        int q = lq - (hb << 2);
+        return __fmul_rn(__fmul_rn(f16_at(b, 108), s), (float)q);
+    } else if (TY == TY_Q4_K || TY == TY_Q5_K) {
+        const int bytes = TY == TY_Q4_K ? 144 : 176;
+        const u8* b = row + (k / 256) * bytes;
+        int idx = k % 256;
+        int sub = idx / 32, l = idx % 32;
+        u32 sc, mn;
+        k_scale_min(b + 4, sub, &sc, &mn);
+        u32 q;
+        if (TY == TY_Q4_K) {
+            q = (b[16 + (sub / 2) * 32 + l] >> (4 * (sub % 2))) & 0x0Fu;
+        } else {
+            u32 low = (b[48 + (sub / 2) * 32 + l] >> (4 * (sub % 2))) & 0x0Fu;
+            u32 high = (b[16 + l] >> sub) & 1u;
+            q = low | (high << 4);
+        }
+        float dl = __fmul_rn(f16_at(b, 0), (float)sc);
+        float ml = __fmul_rn(f16_at(b, 2), (float)mn);
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    } else if (TY == TY_Q6_K) {
+        const u8* b = row + (k / 256) * 210;
+        int idx = k % 256;
+        int half = idx / 128, quarter = (idx / 32) % 4, l = idx % 32;
+        u32 low = (b[half * 64 + (quarter % 2) * 32 + l] >> (4 * (quarter / 2))) & 0x0Fu;
+        u32 high = (b[128 + half * 32 + l] >> (2 * quarter)) & 3u;
+        int q = (int)(low | (high << 4)) - 32;
+        float sc = (float)(signed char)b[192 + idx / 16];
+        return __fmul_rn(__fmul_rn(f16_at(b, 208), sc), (float)q);
+    }
+    return 0.0f;
+}
+
+// Instantiates MACRO(name, type id) for every format the backend supports.
+#define FOR_EACH_TYPE(MACRO) \
+    MACRO(f32, TY_F32)       \
+    MACRO(f16, TY_F16)       \
+    MACRO(bf16, TY_BF16)     \
+    MACRO(q4_0, TY_Q4_0)     \
+    MACRO(q4_1, TY_Q4_1)     \
+    MACRO(q5_0, TY_Q5_0)     \
+    MACRO(q5_1, TY_Q5_1)     \
+    MACRO(q8_0, TY_Q8_0)     \
+    MACRO(q2_k, TY_Q2_K)     \
+    MACRO(q3_k, TY_Q3_K)     \
+    MACRO(q4_k, TY_Q4_K)     \
+    MACRO(q5_k, TY_Q5_K)     \
+    MACRO(q6_k, TY_Q6_K)

@@ -1,0 +1,84 @@
+// Row-wise and element-wise ops: RMSNorm, residual add, bias add, SiLU*up, RoPE, row gather and
+// the K/V store. Each output element's operations are fixed by the row's length alone; the launch
+// shape never depends on the number of rows (one block or thread per row or element).
+
+#define NORM_THREADS 256
+
+// out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * w. One block of NORM_THREADS per row:
+// thread t takes columns t, t + 256, ... in one fmaf chain; warps reduce by the xor butterfly;
+// the 8 warp sums are folded left in warp order.
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
+    __shared__ float part[NORM_THREADS / 32];
+    const float* xr = x + (u64)blockIdx.x * cols;
+    float* orow = out + (u64)blockIdx.x * cols;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += NORM_THREADS) s = fmaf(xr[j], xr[j], s);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+    __syncthreads();
+    float total = part[0];
+#pragma unroll
+    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    for (int j = threadIdx.x; j < cols; j += NORM_THREADS) orow[j] = __fmul_rn(__fmul_rn(xr[j], inv), w[j]);
+}
+
+// acc += x.
+extern "C" __global__ void add(float* __restrict__ acc, const float* __restrict__ x, u64 n) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] = __fadd_rn(acc[i], x[i]);
+}
+
+// x[n, j] += bias[j].
+extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ bias, u64 n, int cols) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], bias[i % cols]);
+}
+
+// out = gate / (1 + e^-gate) * up.
+extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up,
+                                    float* __restrict__ out, u64 n) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = gate[i];
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}
+
+// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by the row's (cos, sin) table
+// ([num_rows, 2 * half]: cos then sin). One thread per (row, head, pair).
+extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__ table, int num_rows, int cols,
+                                int half, int num_heads, int head_dim) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)num_rows * num_heads * half) return;
+    int i = (int)(t % half);
+    int head = (int)((t / half) % num_heads);
+    int row = (int)(t / ((u64)half * num_heads));
+    float c = table[(u64)row * 2 * half + i];
+    float s = table[(u64)row * 2 * half + half + i];
+    float* h = x + (u64)row * cols + (u64)head * head_dim;
+    float x0 = h[2 * i], x1 = h[2 * i + 1];
+    h[2 * i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    h[2 * i + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+// out[i, :] = x[rows[i], :]. One block per output row.
+extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
+                                       float* __restrict__ out, int cols) {
+    const float* src = x + (u64)rows[blockIdx.x] * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(u64)blockIdx.x * cols + j] = src[j];
+}
+
+// Stores each row's K and V ([num_rows, len]) at its slot of one layer's cache ([num_slots, len]).
+extern "C" __global__ void write_kv(const float* __restrict__ k, const float* __restrict__ v,
+                                    const u32* __restrict__ slots, float* __restrict__ k_cache,
+                                    float* __restrict__ v_cache, int num_rows, int len) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)num_rows * len) return;
+    u64 row = i / len, j = i % len;
+    u64 at = (u64)slots[row] * len + j;
+    k_cache[at] = k[i];
+    v_cache[at] = v[i];
+}

@@ -1,0 +1,81 @@
+// linear: out[n, m] = sum_k x[n, k] * w[m, k], and embed: out[n, :] = dequantized table[ids[n], :].
+//
+// The canonical arithmetic of one output element (GPU.md's chunked-K fold), fixed by K alone:
+// K is cut into chunks of LIN_KC = 256 (the last may be shorter). Inside chunk c, lane l of a warp
+// takes k = c*256 + 32*j + l for j = 0..7 in ascending j, one fmaf chain from 0 (elements past K
+// count as 0*0); the 32 lane partials are summed by the fixed xor butterfly (offsets 16, 8, 4, 2,
+// 1; both halves of a pair compute a+b and b+a, so every lane holds the same bits). The element is
+// the left fold p0, p0+p1, (p0+p1)+p2, ... in ascending chunk order. Weights are dequantized by
+// `deq<TY>` (exact, one rule per format).
+// A block computes LIN_WARPS output features for up to LIN_ROWS activation rows; how many rows a
+// block takes changes which elements are computed together, never an element's operations — so
+// row r of a batch of M is bit-identical to that row alone, for every M.
+
+#define LIN_KC 256
+#define LIN_ROWS 16
+#define LIN_WARPS 8
+
+template <int TY>
+__device__ __forceinline__ void linear_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
+                                            float* __restrict__ out, int num_rows, int n_out, int k_in) {
+    __shared__ float xs[LIN_ROWS][LIN_KC];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int m = blockIdx.x * LIN_WARPS + warp;
+    const int r0 = blockIdx.y * LIN_ROWS;
+    const int rows = min(LIN_ROWS, num_rows - r0);
+    // Warps past the last feature still join the barriers; they read a valid row and write nothing.
+    const u8* wrow = w + (u64)min(m, n_out - 1) * row_bytes;
+    float acc[LIN_ROWS];
+#pragma unroll
+    for (int r = 0; r < LIN_ROWS; r++) acc[r] = 0.0f;
+    for (int c0 = 0; c0 < k_in; c0 += LIN_KC) {
+        const int clen = min(LIN_KC, k_in - c0);
+        __syncthreads();
+        for (int i = threadIdx.x; i < LIN_ROWS * LIN_KC; i += blockDim.x) {
+            int r = i / LIN_KC, kk = i % LIN_KC;
+            xs[r][kk] = (r < rows && kk < clen) ? x[(u64)(r0 + r) * k_in + c0 + kk] : 0.0f;
+        }
+        __syncthreads();
+        float wv[LIN_KC / 32];
+#pragma unroll
+        for (int j = 0; j < LIN_KC / 32; j++) {
+            int kk = j * 32 + lane;
+            wv[j] = kk < clen ? deq<TY>(wrow, c0 + kk) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < LIN_ROWS; r++) {
+            if (r < rows) {
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < LIN_KC / 32; j++) s = fmaf(xs[r][j * 32 + lane], wv[j], s);
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+                acc[r] = c0 == 0 ? s : __fadd_rn(acc[r], s);
+            }
+        }
+    }
+    if (m < n_out && lane == 0) {
+#pragma unroll
+        for (int r = 0; r < LIN_ROWS; r++) {
+            if (r < rows) out[(u64)(r0 + r) * n_out + m] = acc[r];
+        }
+    }
+}
+
+template <int TY>
+__device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
+                                           float* __restrict__ out, int cols) {
+    const u8* row = table + (u64)ids[blockIdx.x] * row_bytes;
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) out[(u64)blockIdx.x * cols + k] = deq<TY>(row, k);
+}
+
+#define LINEAR_KERNELS(NAME, TY)                                                                              \
+    extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
+        linear_##NAME(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { \
+        linear_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                         \
+    }                                                                                                         \
+    extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { \
+        embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
+    }
+
+FOR_EACH_TYPE(LINEAR_KERNELS)

@@ -1,0 +1,257 @@
+//! Per-op bit tests on the CUDA backend (GPU.md, "Tests that keep it so"): for every batch size M
+//! in {1, 2, 3, 7, 8, 9, 16, 64, 255, 256, 257, 4096}, row r of a batch of M equals, bit for bit,
+//! the same row computed alone — for every op, every weight format, across K-chunk, attention
+//! tile (64) and split (1024) boundaries. Also: K/V written in one batch or in chunks reads back
+//! identically.
+
+#[path = "support/device.rs"]
+mod device;
+
+use plumb_backend_cuda::CudaBackend;
+use plumb_core::{
+    AttentionOps, Backend, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LaneView, LinearOps, RopeOps,
+    WeightSource,
+};
+use plumb_verify::inputs::{Rng, Spread, activations, weight_bytes};
+
+const MS: [usize; 12] = [1, 2, 3, 7, 8, 9, 16, 64, 255, 256, 257, 4096];
+const MAX_M: usize = 4096;
+
+/// The rows of a batch of `m` compared with their solo run: all of a small batch, a spread of a
+/// large one (first, last, every 13th, and the rows around block boundaries of 8, 16 and 256).
+fn rows_to_check(m: usize) -> Vec<usize> {
+    if m <= 64 {
+        return (0..m).collect();
+    }
+    let mut rows: Vec<usize> = (0..m).step_by(13).collect();
+    for edge in [7, 8, 15, 16, 17, 255, 256, 257, m - 2, m - 1] {
+        if edge < m {
+            rows.push(edge);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Runs `op` over each batch size and compares rows with their solo runs; `run(rows)` computes
+/// the op over the batch made of the global input rows `rows` and returns [rows.len(), out_cols].
+fn check_rows(op: &str, out_cols: usize, run: &mut dyn FnMut(&[usize]) -> Vec<f32>) {
+    for m in MS {
+        let all: Vec<usize> = (0..m).collect();
+        let batch = run(&all);
+        assert_eq!(batch.len(), m * out_cols, "{op}: output size");
+        for r in rows_to_check(m) {
+            let alone = run(&[r]);
+            let got = &batch[r * out_cols..(r + 1) * out_cols];
+            if let Some(j) = got.iter().zip(&alone).position(|(a, b)| a.to_bits() != b.to_bits()) {
+                panic!(
+                    "{op}: row {r} of a batch of {m} differs from the row alone at column {j}: {} vs {}",
+                    got[j], alone[j]
+                );
+            }
+        }
+    }
+    eprintln!("{op}: rows of every batch size equal their solo runs");
+}
+
+fn pick(x: &[f32], cols: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied()).collect()
+}
+
+fn weight(b: &CudaBackend, rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> plumb_backend_cuda::CudaWeight {
+    let bytes = HostBytes::from_vec(weight_bytes(rng, ty, rows, cols));
+    b.load_weight(WeightSource { name: format!("{ty}"), ty, rows, cols, bytes }).unwrap()
+}
+
+#[test]
+fn linear_rows_are_batch_invariant_for_every_format() {
+    let Some(b) = device::backend("linear") else { return };
+    let mut rng = Rng::new(device::seed());
+    // K = 576 crosses one 256-wide chunk boundary and ends in a partial chunk (K-quants, whose
+    // rows are whole 256-element super-blocks, take 768: three chunks); N = 40 and 24 leave
+    // partial blocks of 8 features.
+    for (n, k) in [(40, 576), (24, 1536)] {
+        let x = activations(&mut rng, MAX_M, k.max(768), Spread::DynamicRange);
+        for ty in GgmlType::DEQUANTIZABLE {
+            let block = ty.info().expect("dequantizable types have a geometry").block_elems;
+            let k = if k.is_multiple_of(block) { k } else { k.next_multiple_of(block).max(768) };
+            let x = &x[..MAX_M * k];
+            let w = weight(&b, &mut rng, ty, n, k);
+            check_rows(&format!("linear {ty} {n}x{k}"), n, &mut |rows| {
+                let xt = b.upload(&pick(x, k, rows), rows.len(), k);
+                let mut out = b.tensor(rows.len(), n);
+                b.linear(&xt, &w, &mut out);
+                b.download(&out)
+            });
+        }
+    }
+}
+
+#[test]
+fn row_wise_ops_are_batch_invariant() {
+    let Some(b) = device::backend("row-wise ops") else { return };
+    let mut rng = Rng::new(device::seed());
+    let cols = 576;
+    let x = activations(&mut rng, MAX_M, cols, Spread::DynamicRange);
+    let y = activations(&mut rng, MAX_M, cols, Spread::Normal);
+    let wv: Vec<f32> = (0..cols).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+    let src = |name: &str| WeightSource {
+        name: name.into(),
+        ty: GgmlType::F32,
+        rows: 1,
+        cols,
+        bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
+    };
+    let (norm, bias) = (b.load_weight(src("norm")).unwrap(), b.load_weight(src("bias")).unwrap());
+    check_rows("rms_norm", cols, &mut |rows| {
+        let mut out = b.tensor(rows.len(), cols);
+        b.rms_norm(&b.upload(&pick(&x, cols, rows), rows.len(), cols), &norm, 1e-5, &mut out);
+        b.download(&out)
+    });
+    check_rows("add", cols, &mut |rows| {
+        let mut acc = b.upload(&pick(&x, cols, rows), rows.len(), cols);
+        b.add(&mut acc, &b.upload(&pick(&y, cols, rows), rows.len(), cols));
+        b.download(&acc)
+    });
+    check_rows("add_bias", cols, &mut |rows| {
+        let mut t = b.upload(&pick(&x, cols, rows), rows.len(), cols);
+        b.add_bias(&mut t, &bias);
+        b.download(&t)
+    });
+    check_rows("silu_mul", cols, &mut |rows| {
+        let mut out = b.tensor(rows.len(), cols);
+        let (g, u) = (pick(&x, cols, rows), pick(&y, cols, rows));
+        b.silu_mul(&b.upload(&g, rows.len(), cols), &b.upload(&u, rows.len(), cols), &mut out);
+        b.download(&out)
+    });
+    let positions: Vec<u32> = (0..MAX_M as u32).map(|r| (r * 977) % 8192).collect();
+    let inv_freq: Vec<f64> = (0..32).map(|i| 1.0 / 10_000f64.powf(2.0 * i as f64 / 64.0)).collect();
+    check_rows("rope", cols, &mut |rows| {
+        let pos: Vec<u32> = rows.iter().map(|&r| positions[r]).collect();
+        let table = b.rope_table(&pos, &inv_freq);
+        let mut t = b.upload(&pick(&x, cols, rows), rows.len(), cols);
+        b.rope(&mut t, &table, cols / 64, 64);
+        b.download(&t)
+    });
+    let ids: Vec<u32> = (0..MAX_M).map(|_| rng.below(300) as u32).collect();
+    for ty in [GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::BF16] {
+        let table = weight(&b, &mut rng, ty, 300, 512);
+        check_rows(&format!("embed {ty}"), 512, &mut |rows| {
+            let sel: Vec<u32> = rows.iter().map(|&r| ids[r]).collect();
+            let mut out = b.tensor(rows.len(), 512);
+            b.embed(&sel, &table, &mut out);
+            b.download(&out)
+        });
+    }
+    let xt = b.upload(&x, MAX_M, cols);
+    check_rows("gather_rows", cols, &mut |rows| {
+        let sel: Vec<u32> = rows.iter().map(|&r| ids[r] * 13).collect();
+        let mut out = b.tensor(rows.len(), cols);
+        b.gather_rows(&xt, &sel, &mut out);
+        b.download(&out)
+    });
+}
+
+/// Three lanes over scattered blocks; lane 0 is long enough to cross two attention splits.
+fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
+    let (block, lens) = (16, [2100usize, 700, 69]);
+    let num_blocks: usize = lens.iter().map(|l| l.div_ceil(block)).sum();
+    // Blocks handed out in a scrambled order, as a pool that has served other requests would.
+    let mut ids: Vec<u32> = (0..num_blocks as u32).map(|i| (i * 37) % num_blocks as u32).collect();
+    let mut lanes = Vec::new();
+    for len in lens {
+        let rest = ids.split_off(len.div_ceil(block));
+        lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
+    }
+    let spec = KvSpec { num_layers: 1, num_kv_heads: 3, head_dim: 64, block_size: block, num_blocks };
+    (lanes, spec, lens)
+}
+
+/// Writes every lane's history into a fresh cache, `chunk(step)` rows at a time.
+fn filled_cache(
+    b: &CudaBackend,
+    k: &[f32],
+    v: &[f32],
+    lanes: &[LaneView],
+    spec: &KvSpec,
+    lens: [usize; 3],
+    chunk: &dyn Fn(usize) -> usize,
+) -> plumb_backend_cuda::CudaKvCache {
+    let width = spec.num_kv_heads * spec.head_dim;
+    let mut all = ForwardBatch { block_size: spec.block_size, lanes: lanes.to_vec(), ..Default::default() };
+    for (lane, len) in lens.into_iter().enumerate() {
+        for pos in 0..len {
+            all.push_row(lane, 0, pos);
+        }
+    }
+    let mut kv = b.new_kv_cache(spec);
+    let (mut start, mut step) = (0, 0);
+    while start < all.num_rows() {
+        let end = (start + chunk(step)).min(all.num_rows());
+        let part = ForwardBatch {
+            token_ids: all.token_ids[start..end].to_vec(),
+            positions: all.positions[start..end].to_vec(),
+            row_lane: all.row_lane[start..end].to_vec(),
+            slot_mapping: all.slot_mapping[start..end].to_vec(),
+            lanes: lanes.to_vec(),
+            logits_rows: vec![],
+            block_size: spec.block_size,
+        };
+        let n = end - start;
+        let (kt, vt) =
+            (b.upload(&k[start * width..end * width], n, width), b.upload(&v[start * width..end * width], n, width));
+        b.write_kv(&mut kv, 0, &kt, &vt, &part);
+        (start, step) = (end, step + 1);
+    }
+    kv
+}
+
+#[test]
+fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
+    let Some(b) = device::backend("attention") else { return };
+    let mut rng = Rng::new(device::seed());
+    let (lanes, spec, lens) = lanes_and_spec();
+    let (heads, width) = (9, spec.num_kv_heads * spec.head_dim);
+    let total: usize = lens.iter().sum();
+    let k = activations(&mut rng, total, width, Spread::Normal);
+    let v = activations(&mut rng, total, width, Spread::DynamicRange);
+    let whole = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|_| total);
+    let chunked = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|s| [1, 7, 64, 3, 255][s % 5]);
+    // Query rows: the positions at tile and split edges of lane 0 first, then random rows.
+    let edges = [0u32, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 2099];
+    let rows: Vec<(usize, u32)> = (0..MAX_M)
+        .map(|g| match edges.get(g) {
+            Some(&p) => (0, p),
+            None => {
+                let lane = g % 3;
+                (lane, rng.below(lens[lane]) as u32)
+            }
+        })
+        .collect();
+    let q: Vec<f32> =
+        activations(&mut rng, MAX_M, heads * spec.head_dim, Spread::Normal).iter().map(|x| x * 0.3).collect();
+    let cols = heads * spec.head_dim;
+    for (name, kv) in [("attention", &whole), ("attention over chunk-written K/V", &chunked)] {
+        check_rows(name, cols, &mut |sel| {
+            let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+            for &g in sel {
+                batch.push_row(rows[g].0, 0, rows[g].1 as usize);
+            }
+            let mut out = b.tensor(sel.len(), cols);
+            b.attention(&b.upload(&pick(&q, cols, sel), sel.len(), cols), kv, 0, &batch, heads, 0.125, &mut out);
+            b.download(&out)
+        });
+    }
+    // K/V written whole or in chunks read back identically.
+    let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+    for &(lane, pos) in &rows[..257] {
+        batch.push_row(lane, 0, pos as usize);
+    }
+    let qt = b.upload(&q[..257 * cols], 257, cols);
+    let (mut a, mut c) = (b.tensor(257, cols), b.tensor(257, cols));
+    b.attention(&qt, &whole, 0, &batch, heads, 0.125, &mut a);
+    b.attention(&qt, &chunked, 0, &batch, heads, 0.125, &mut c);
+    let (a, c) = (b.download(&a), b.download(&c));
+    assert!(a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()), "write_kv in chunks differs from one write");
+}
