@@ -23,6 +23,7 @@ fn cuda_without_a_gpu_fails_with_one_line() {
         &["run", "--device", "cuda", "hi"][..],
         &["bench", "--device", "cuda:0"],
         &["check", "--device", "cuda", "--quick"],
+        &["serve", "--device", "cuda", "--port", "0"],
     ] {
         // A model that does not exist: the device is checked first, so this is never reached.
         let args: Vec<&str> = cmd.iter().copied().chain(["--model", "/nonexistent/model.gguf"]).collect();
