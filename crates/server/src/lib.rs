@@ -55,9 +55,10 @@ where
     let loading = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
-            let model = load()?;
+            let model = Arc::new(load()?);
+            // Serve first, then say so: a client that acts on the ready line must find the model.
+            let _ = state.model.set(model.clone());
             on_ready(&model);
-            let _ = state.model.set(Arc::new(model));
             Ok::<(), String>(())
         })
     };
