@@ -5,7 +5,9 @@
 //! thread also the median time the thread was on a CPU, which other load on the machine does
 //! not inflate (for A/B runs on a shared machine).
 //! Settings (environment): BENCH_ROWS=1,8 (row counts), BENCH_STEPS=15 (steps per row count),
-//! BENCH_THREADS=0 (all cores).
+//! BENCH_THREADS=0 (all cores), BENCH_DISTINCT=30 (distinct layers; 1 runs one layer's weights 30
+//! times, which mostly stay in cache: the kernels' compute cost alone), BENCH_HEAD=1 (0 skips the
+//! output head).
 
 use plumb_backend_cpu::{CpuBackend, CpuTensor, CpuWeight};
 use plumb_core::{Backend, GgmlType, HostBytes, LinearOps, WeightSource};
@@ -44,7 +46,9 @@ fn main() {
     let (hidden, inter, kv, vocab, layers) = (576, 1536, 192, 49152, 30);
     let mut seed = 1u64;
     let q = GgmlType::Q4_1;
-    let model: Vec<[CpuWeight; 7]> = (0..layers)
+    let distinct: usize = env("BENCH_DISTINCT", "30").parse().unwrap();
+    let with_head = env("BENCH_HEAD", "1") != "0";
+    let model: Vec<[CpuWeight; 7]> = (0..distinct.clamp(1, layers))
         .map(|_| {
             [
                 weight(&b, q, hidden, hidden, &mut seed),
@@ -70,7 +74,7 @@ fn main() {
         let (mut times, mut cpu) = (Vec::new(), Vec::new());
         for _ in 0..steps + 2 {
             let (start, start_cpu) = (Instant::now(), on_cpu_ns());
-            for layer in &model {
+            for layer in model.iter().cycle().take(layers) {
                 let [qp, kp, vp, op, gate, up, down] = layer;
                 let [oq, ok, ov, oo, og, ou, od, _] = &mut outs;
                 b.linear_multi(&x_h, &[qp, kp, vp], &mut [oq, ok, ov]);
@@ -78,7 +82,9 @@ fn main() {
                 b.linear_multi(&x_h, &[gate, up], &mut [og, ou]);
                 b.linear(&x_i, down, od);
             }
-            b.linear(&x_h, &head, &mut outs[7]);
+            if with_head {
+                b.linear(&x_h, &head, &mut outs[7]);
+            }
             times.push(start.elapsed().as_secs_f64());
             cpu.push((on_cpu_ns() - start_cpu) as f64 * 1e-9);
         }

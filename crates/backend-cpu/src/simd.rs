@@ -121,6 +121,10 @@ pub trait F32x16: Copy {
     fn splat_f16(q: &[u8], at: usize) -> Self {
         Self::splat(Self::f16_scalar(q, at))
     }
+    /// The f16 values at `q[0..2]` and `q[2..4]`, each widened exactly and broadcast.
+    fn splat_f16_pair(q: &[u8]) -> (Self, Self) {
+        (Self::splat_f16(q, 0), Self::splat_f16(q, 2))
+    }
     /// Lanes from the 2-bit field at bit `SHIFT` of 16 bytes, as unsigned integers.
     fn from_bits2<const SHIFT: u32>(q: &[u8]) -> Self {
         let mut lanes = [0f32; 16];

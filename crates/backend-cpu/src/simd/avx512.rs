@@ -9,6 +9,27 @@ use std::arch::x86_64::*;
 #[derive(Clone, Copy, Debug)]
 pub struct Avx512(__m512);
 
+/// The four f16 values at `q[0..8]`, widened exactly.
+#[inline(always)]
+fn f16x4(q: &[u8]) -> __m128 {
+    assert!(q.len() >= 8);
+    // SAFETY: 8 readable bytes checked above; see the module note.
+    unsafe { _mm_cvtph_ps(_mm_loadl_epi64(q.as_ptr().cast())) }
+}
+
+/// Lane `L` of `v` in all sixteen lanes.
+#[inline(always)]
+fn broadcast_lane<const L: i32>(v: __m128) -> __m512 {
+    // SAFETY: see the module note.
+    unsafe {
+        if L == 0 {
+            _mm512_broadcastss_ps(v)
+        } else {
+            _mm512_permutexvar_ps(_mm512_set1_epi32(L), _mm512_castps128_ps512(v))
+        }
+    }
+}
+
 impl F32x16 for Avx512 {
     #[inline(always)]
     fn zero() -> Self {
@@ -136,9 +157,23 @@ impl F32x16 for Avx512 {
     }
     #[inline(always)]
     fn splat_f16(q: &[u8], at: usize) -> Self {
+        if q.len() >= at + 8 {
+            // Converting four halves and broadcasting one lane costs two vector uops where
+            // broadcasting the half first and converting sixteen costs three; the value is exact
+            // either way.
+            return Avx512(broadcast_lane::<0>(f16x4(&q[at..])));
+        }
         let bits = u16::from_le_bytes([q[at], q[at + 1]]);
         // SAFETY: see the module note.
         unsafe { Avx512(_mm512_cvtph_ps(_mm256_set1_epi16(bits as i16))) }
+    }
+    #[inline(always)]
+    fn splat_f16_pair(q: &[u8]) -> (Self, Self) {
+        if q.len() < 8 {
+            return (Self::splat_f16(q, 0), Self::splat_f16(q, 2));
+        }
+        let v = f16x4(q);
+        (Avx512(broadcast_lane::<0>(v)), Avx512(broadcast_lane::<1>(v)))
     }
     #[inline(always)]
     fn nibbles(q: &[u8]) -> (Self, Self) {
