@@ -134,12 +134,35 @@ fn micro<S: F32x16, F: Block32, const R: usize, const C: usize>(
             }
         }
     }
+    hsums(&acc)
+}
+
+/// `hsum` of every accumulator; sixteen at a time (`F32x16::hsum16`, same bits) when there are
+/// enough to fill most of a batch.
+#[inline(always)]
+pub(crate) fn hsums<S: F32x16, const R: usize, const C: usize>(acc: &[[S; C]; R]) -> [[f32; C]; R] {
     // Loops, not `map` with a closure: a closure would be compiled without the caller's target
     // features and the intrinsics inside `hsum` would not inline.
     let mut dots = [[0f32; C]; R];
-    for r in 0..R {
-        for c in 0..C {
-            dots[r][c] = acc[r][c].hsum();
+    if (8..=16).contains(&(R * C)) {
+        let mut v = [S::zero(); 16];
+        for r in 0..R {
+            for c in 0..C {
+                v[r * C + c] = acc[r][c];
+            }
+        }
+        let mut lanes = [0f32; 16];
+        S::hsum16(&v).store(&mut lanes);
+        for r in 0..R {
+            for c in 0..C {
+                dots[r][c] = lanes[r * C + c];
+            }
+        }
+    } else {
+        for r in 0..R {
+            for c in 0..C {
+                dots[r][c] = acc[r][c].hsum();
+            }
         }
     }
     dots

@@ -198,11 +198,8 @@ fn micro<S: F32x16, const R: usize, const C: usize>(
         }
         kk += LANES;
     }
-    for (r, acc_r) in acc.iter().enumerate() {
+    for (r, dots) in fused::hsums(&acc).iter().enumerate() {
         // SAFETY: columns m0 + c0 .. m0 + c0 + C belong to this thread (see `linear`).
-        let dst = unsafe { out.part((r0 + r) * m + m0 + c0, C) };
-        for (d, a) in dst.iter_mut().zip(acc_r) {
-            *d = a.hsum();
-        }
+        unsafe { out.part((r0 + r) * m + m0 + c0, C) }.copy_from_slice(dots);
     }
 }

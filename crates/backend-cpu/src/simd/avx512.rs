@@ -114,6 +114,44 @@ impl F32x16 for Avx512 {
         }
     }
     #[inline(always)]
+    fn hsum16(v: &[Self; 16]) -> Self {
+        // The `hsum` tree on sixteen vectors at once: each level adds the same lane pairs as
+        // `hsum` (first operand first), packing two vectors' partial sums into one register.
+        // Loops, not `array::from_fn`: a closure would not get this function's target features.
+        // SAFETY: see the module note.
+        unsafe {
+            // b[i] = a[i] + a[i + 8]: vectors 2m and 2m + 1 share register m (halves).
+            let mut l1 = [_mm512_setzero_ps(); 8];
+            for (m, r) in l1.iter_mut().enumerate() {
+                let (a, b) = (v[2 * m].0, v[2 * m + 1].0);
+                *r = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+                    _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+                );
+            }
+            // c[i] = b[i] + b[i + 4]: vector 4n + j in 128-bit lane j of register n.
+            let mut l2 = [_mm512_setzero_ps(); 4];
+            for (n, r) in l2.iter_mut().enumerate() {
+                let (p, q) = (l1[2 * n], l1[2 * n + 1]);
+                *r = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(p, q),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(p, q),
+                );
+            }
+            // d[i] = c[i] + c[i + 2]: lane j of register p holds vectors 8p + j and 8p + 4 + j.
+            let mut l3 = [_mm512_setzero_ps(); 2];
+            for (p, r) in l3.iter_mut().enumerate() {
+                let (y, z) = (l2[2 * p], l2[2 * p + 1]);
+                *r = _mm512_add_ps(_mm512_shuffle_ps::<0b01_00_01_00>(y, z), _mm512_shuffle_ps::<0b11_10_11_10>(y, z));
+            }
+            // d[0] + d[1]: element e of 128-bit lane j is vector 4e + j; then back in order.
+            let (u, w) = (l3[0], l3[1]);
+            let e = _mm512_add_ps(_mm512_shuffle_ps::<0b10_00_10_00>(u, w), _mm512_shuffle_ps::<0b11_01_11_01>(u, w));
+            let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+            Avx512(_mm512_permutexvar_ps(order, e))
+        }
+    }
+    #[inline(always)]
     fn hmax(self) -> f32 {
         // SAFETY: see the module note.
         unsafe { _mm512_reduce_max_ps(self.0) }
