@@ -141,11 +141,15 @@ fn attend_group_kernel<S: F32x16>(
         let chunk = &slots[c..(c + LANES).min(ctx)];
         for (h, qh) in q.chunks_exact(head_dim).enumerate() {
             let mut accs = [S::zero(); LANES];
-            for (acc, &slot) in accs.iter_mut().zip(chunk) {
+            for (out, &slot) in accs.iter_mut().zip(chunk) {
                 let kh = &k[slot as usize * stride + base..][..head_dim];
+                // A local accumulator, stored once: through `accs` every FMA would wait on a
+                // store-to-load round trip.
+                let mut acc = S::zero();
                 for j in (0..head_dim).step_by(LANES) {
-                    *acc = S::load(&qh[j..]).fma(S::load(&kh[j..]), *acc);
+                    acc = S::load(&qh[j..]).fma(S::load(&kh[j..]), acc);
                 }
+                *out = acc;
             }
             let mut dots = [0f32; LANES];
             S::hsum16(&accs).mul(S::splat(scale)).store(&mut dots);
