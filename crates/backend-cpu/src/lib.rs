@@ -6,6 +6,7 @@
 mod attention;
 mod dequant;
 mod elementwise;
+mod fused;
 mod linear;
 mod pool;
 pub mod simd;

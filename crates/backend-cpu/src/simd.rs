@@ -105,6 +105,15 @@ pub trait F32x16: Copy {
     fn pow2i(self) -> Self;
     /// Sum of lanes by the fixed tree ((i, i+8), then (i, i+4), (i, i+2), (i, i+1)).
     fn hsum(self) -> f32;
+    /// `hsum` of sixteen vectors at once: lane i of the result is `v[i].hsum()`, bit for bit
+    /// (the same additions of the same pairs; only how they are laid out in registers differs).
+    fn hsum16(v: &[Self; 16]) -> Self {
+        let mut lanes = [0f32; 16];
+        for (l, x) in lanes.iter_mut().zip(v) {
+            *l = x.hsum();
+        }
+        Self::load(&lanes)
+    }
     /// Maximum of lanes.
     fn hmax(self) -> f32;
     /// Lanes from the low (`HIGH = false`) or high nibbles of 16 bytes, as unsigned integers.
@@ -120,6 +129,10 @@ pub trait F32x16: Copy {
     /// The f16 at `q[at..at + 2]` widened exactly and broadcast to every lane.
     fn splat_f16(q: &[u8], at: usize) -> Self {
         Self::splat(Self::f16_scalar(q, at))
+    }
+    /// The f16 values at `q[0..2]` and `q[2..4]`, each widened exactly and broadcast.
+    fn splat_f16_pair(q: &[u8]) -> (Self, Self) {
+        (Self::splat_f16(q, 0), Self::splat_f16(q, 2))
     }
     /// Lanes from the 2-bit field at bit `SHIFT` of 16 bytes, as unsigned integers.
     fn from_bits2<const SHIFT: u32>(q: &[u8]) -> Self {
@@ -178,3 +191,49 @@ macro_rules! simd_dispatch {
     };
 }
 pub(crate) use simd_dispatch;
+
+#[cfg(test)]
+mod tests {
+    use super::scalar::Scalar;
+    use super::*;
+
+    simd_dispatch! {
+        /// `[hsum16 of v, hsum of each v]` for sixteen vectors of sixteen lanes.
+        fn both_sums(v: &[f32]) -> [[f32; 16]; 2] => both_sums_kernel
+    }
+
+    #[inline(always)]
+    fn both_sums_kernel<S: F32x16>(v: &[f32]) -> [[f32; 16]; 2] {
+        let mut vs = [S::zero(); 16];
+        for (i, x) in vs.iter_mut().enumerate() {
+            *x = S::load(&v[i * 16..]);
+        }
+        let (mut batched, mut single) = ([0f32; 16], [0f32; 16]);
+        S::hsum16(&vs).store(&mut batched);
+        for (s, x) in single.iter_mut().zip(&vs) {
+            *s = x.hsum();
+        }
+        [batched, single]
+    }
+
+    #[test]
+    fn hsum16_equals_sixteen_hsums_bit_for_bit() {
+        let mut s = 12345u64;
+        for _ in 0..200 {
+            // Magnitudes over eight decades, so any change of pairing shows in the rounding.
+            let v: Vec<f32> = (0..256)
+                .map(|_| {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let u = (s >> 40) as f32 / (1u64 << 24) as f32;
+                    (u - 0.5) * 10f32.powi((s >> 20) as i32 % 9 - 4)
+                })
+                .collect();
+            let want: Vec<u32> = (0..16).map(|i| Scalar::load(&v[i * 16..]).hsum().to_bits()).collect();
+            for isa in Isa::available() {
+                let [batched, single] = both_sums(isa, &v);
+                assert_eq!(batched.map(f32::to_bits).to_vec(), want, "{isa:?}: hsum16");
+                assert_eq!(single.map(f32::to_bits).to_vec(), want, "{isa:?}: hsum");
+            }
+        }
+    }
+}

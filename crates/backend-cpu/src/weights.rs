@@ -31,7 +31,7 @@ impl Block32 for Q4_1 {
     const BYTES: usize = 20;
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
-        let (d, m) = (S::splat_f16(b, 0), S::splat_f16(b, 2));
+        let (d, m) = S::splat_f16_pair(b);
         let (lo, hi) = S::nibbles(&b[4..]);
         [lo.fma(d, m), hi.fma(d, m)]
     }
@@ -54,25 +54,4 @@ pub fn row<S: F32x16, F: Block32>(bytes: &[u8], out: &mut [f32]) {
         w0.store(&mut o[..16]);
         w1.store(&mut o[16..]);
     }
-}
-
-/// Σ_k x[k] · w_c[k] for C weight rows starting at `rows` (each `row_bytes` long), without
-/// materializing the weights. Same per-output FMA chain as the tiled path.
-#[inline(always)]
-pub fn fused_dot<S: F32x16, F: Block32, const C: usize>(x: &[f32], rows: &[u8], row_bytes: usize) -> [f32; C] {
-    let mut acc = [S::zero(); C];
-    for (blk, xb) in x.chunks_exact(32).enumerate() {
-        let (x0, x1) = (S::load(xb), S::load(&xb[16..]));
-        for (c, a) in acc.iter_mut().enumerate() {
-            let [w0, w1] = F::weights::<S>(&rows[c * row_bytes + blk * F::BYTES..]);
-            *a = x1.fma(w1, x0.fma(w0, *a));
-        }
-    }
-    // A loop, not `map` with a closure: a closure would be compiled without the caller's
-    // target features and the intrinsics inside `hsum` would not inline.
-    let mut out = [0f32; C];
-    for c in 0..C {
-        out[c] = acc[c].hsum();
-    }
-    out
 }

@@ -9,6 +9,27 @@ use std::arch::x86_64::*;
 #[derive(Clone, Copy, Debug)]
 pub struct Avx512(__m512);
 
+/// The four f16 values at `q[0..8]`, widened exactly.
+#[inline(always)]
+fn f16x4(q: &[u8]) -> __m128 {
+    assert!(q.len() >= 8);
+    // SAFETY: 8 readable bytes checked above; see the module note.
+    unsafe { _mm_cvtph_ps(_mm_loadl_epi64(q.as_ptr().cast())) }
+}
+
+/// Lane `L` of `v` in all sixteen lanes.
+#[inline(always)]
+fn broadcast_lane<const L: i32>(v: __m128) -> __m512 {
+    // SAFETY: see the module note.
+    unsafe {
+        if L == 0 {
+            _mm512_broadcastss_ps(v)
+        } else {
+            _mm512_permutexvar_ps(_mm512_set1_epi32(L), _mm512_castps128_ps512(v))
+        }
+    }
+}
+
 impl F32x16 for Avx512 {
     #[inline(always)]
     fn zero() -> Self {
@@ -93,6 +114,44 @@ impl F32x16 for Avx512 {
         }
     }
     #[inline(always)]
+    fn hsum16(v: &[Self; 16]) -> Self {
+        // The `hsum` tree on sixteen vectors at once: each level adds the same lane pairs as
+        // `hsum` (first operand first), packing two vectors' partial sums into one register.
+        // Loops, not `array::from_fn`: a closure would not get this function's target features.
+        // SAFETY: see the module note.
+        unsafe {
+            // b[i] = a[i] + a[i + 8]: vectors 2m and 2m + 1 share register m (halves).
+            let mut l1 = [_mm512_setzero_ps(); 8];
+            for (m, r) in l1.iter_mut().enumerate() {
+                let (a, b) = (v[2 * m].0, v[2 * m + 1].0);
+                *r = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+                    _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+                );
+            }
+            // c[i] = b[i] + b[i + 4]: vector 4n + j in 128-bit lane j of register n.
+            let mut l2 = [_mm512_setzero_ps(); 4];
+            for (n, r) in l2.iter_mut().enumerate() {
+                let (p, q) = (l1[2 * n], l1[2 * n + 1]);
+                *r = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(p, q),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(p, q),
+                );
+            }
+            // d[i] = c[i] + c[i + 2]: lane j of register p holds vectors 8p + j and 8p + 4 + j.
+            let mut l3 = [_mm512_setzero_ps(); 2];
+            for (p, r) in l3.iter_mut().enumerate() {
+                let (y, z) = (l2[2 * p], l2[2 * p + 1]);
+                *r = _mm512_add_ps(_mm512_shuffle_ps::<0b01_00_01_00>(y, z), _mm512_shuffle_ps::<0b11_10_11_10>(y, z));
+            }
+            // d[0] + d[1]: element e of 128-bit lane j is vector 4e + j; then back in order.
+            let (u, w) = (l3[0], l3[1]);
+            let e = _mm512_add_ps(_mm512_shuffle_ps::<0b10_00_10_00>(u, w), _mm512_shuffle_ps::<0b11_01_11_01>(u, w));
+            let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+            Avx512(_mm512_permutexvar_ps(order, e))
+        }
+    }
+    #[inline(always)]
     fn hmax(self) -> f32 {
         // SAFETY: see the module note.
         unsafe { _mm512_reduce_max_ps(self.0) }
@@ -136,9 +195,23 @@ impl F32x16 for Avx512 {
     }
     #[inline(always)]
     fn splat_f16(q: &[u8], at: usize) -> Self {
+        if q.len() >= at + 8 {
+            // Converting four halves and broadcasting one lane costs two vector uops where
+            // broadcasting the half first and converting sixteen costs three; the value is exact
+            // either way.
+            return Avx512(broadcast_lane::<0>(f16x4(&q[at..])));
+        }
         let bits = u16::from_le_bytes([q[at], q[at + 1]]);
         // SAFETY: see the module note.
         unsafe { Avx512(_mm512_cvtph_ps(_mm256_set1_epi16(bits as i16))) }
+    }
+    #[inline(always)]
+    fn splat_f16_pair(q: &[u8]) -> (Self, Self) {
+        if q.len() < 8 {
+            return (Self::splat_f16(q, 0), Self::splat_f16(q, 2));
+        }
+        let v = f16x4(q);
+        (Avx512(broadcast_lane::<0>(v)), Avx512(broadcast_lane::<1>(v)))
     }
     #[inline(always)]
     fn nibbles(q: &[u8]) -> (Self, Self) {
