@@ -232,9 +232,10 @@ def stream_completion(conn, body, t0, deadline, gen_len, prompt_len):
     return times, held_back, chunks, timings
 
 
-def run_round(port, prompts, gen_len, extra, timeout):
-    """N requests at once, one thread each, connected beforehand; timestamps from submission."""
-    n = len(prompts)
+def concurrent(port, n, call, timeout):
+    """Runs call(conn, i, t0, deadline) for i in 0..n at once, one thread and one connection each
+    (connected beforehand); t0 is the moment of submission. Returns the results; any failure ends
+    the run."""
     conns = []
     for _ in range(n):
         c = http.client.HTTPConnection(HOST, port, timeout=timeout)
@@ -246,11 +247,8 @@ def run_round(port, prompts, gen_len, extra, timeout):
 
     def worker(i):
         go.wait()
-        body = {"prompt": prompts[i], "n_predict": gen_len, "ignore_eos": True, "temperature": 0,
-                "cache_prompt": False, "stream": True, **extra}
         try:
-            results[i] = stream_completion(conns[i], body, t0_box[0], time.monotonic() + timeout,
-                                           gen_len, len(prompts[i]))
+            results[i] = call(conns[i], i, t0_box[0], time.monotonic() + timeout)
         except Exception as e:  # noqa: BLE001 - reported below, the run fails
             errors[i] = f"{type(e).__name__}: {e}"
         finally:
@@ -269,6 +267,16 @@ def run_round(port, prompts, gen_len, extra, timeout):
     if bad:
         die("round failed:\n  " + "\n  ".join(bad))
     return results
+
+
+def run_round(port, prompts, gen_len, extra, timeout):
+    """N requests at once; timestamps from submission."""
+    def call(conn, i, t0, deadline):
+        body = {"prompt": prompts[i], "n_predict": gen_len, "ignore_eos": True, "temperature": 0,
+                "cache_prompt": False, "stream": True, **extra}
+        return stream_completion(conn, body, t0, deadline, gen_len, len(prompts[i]))
+
+    return concurrent(port, len(prompts), call, timeout)
 
 
 def tokens(n, vocab, seed):

@@ -31,6 +31,7 @@ extra_body="${EXTRA_BODY:-}"
 client="$root/tools/bench/llamaserver_client.py"
 
 . "$root/tools/bench/llamacpp-build.sh"
+. "$root/tools/bench/servers.sh"
 ensure_llamacpp llama-server
 cd "$root"
 plumb="$root/target/release/plumb"
@@ -46,23 +47,10 @@ fi
 [ -f "$model" ] || { echo "model not found: '$model'" >&2; exit 1; }
 vocab="$(python3 "$client" vocab "$model")"
 
-if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "port $port on 127.0.0.1 is already in use; set PORT" >&2
-    exit 1
-fi
+port_free "$port"
 
 tmp="$(mktemp -d)"
-server_pid=""
 client_pid=""
-stop_server() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=""
-    fi
-}
 trap '[ -n "$client_pid" ] && kill "$client_pid" 2>/dev/null; stop_server; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 

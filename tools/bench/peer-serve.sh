@@ -18,6 +18,7 @@ port="${PORT:-18090}"
 client="$root/tools/bench/serve_client.py"
 
 . "$root/tools/bench/llamacpp-build.sh"
+. "$root/tools/bench/servers.sh"
 ensure_llamacpp llama-server
 cd "$root"
 cargo build --release -p plumb-cli
@@ -26,22 +27,9 @@ model="$("$plumb" pull | sed -n 's/.* ready at //p')"
 vocab="$(python3 "$root/tools/bench/llamaserver_client.py" vocab "$model")"
 eog="$("$plumb" inspect --json "$model" | python3 -c 'import json, sys; print(",".join(sorted({str(t["id"]) for t in json.load(sys.stdin)["special_tokens"] if t["role"] == "end of generation"})))')"
 name=smollm2
-if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "port $port on 127.0.0.1 is already in use; set PORT" >&2
-    exit 1
-fi
+port_free "$port"
 
 tmp="$(mktemp -d)"
-server_pid=""
-stop_server() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=""
-    fi
-}
 trap 'stop_server; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 

@@ -21,11 +21,10 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llamaserver_client import HOST, figures, sha256_file, tokens  # noqa: E402
+from llamaserver_client import HOST, concurrent, figures, sha256_file, tokens  # noqa: E402
 
 
 def die(msg):
@@ -92,33 +91,7 @@ def stream(conn, body, t0, deadline):
 
 
 def run_round(port, bodies, timeout):
-    n = len(bodies)
-    conns = [http.client.HTTPConnection(HOST, port, timeout=timeout) for _ in range(n)]
-    for c in conns:
-        c.connect()
-    go, t0 = threading.Event(), [0.0]
-    results, errors = [None] * n, [None] * n
-
-    def worker(i):
-        go.wait()
-        try:
-            results[i] = stream(conns[i], bodies[i], t0[0], time.monotonic() + timeout)
-        except Exception as e:  # noqa: BLE001 - reported below, the run fails
-            errors[i] = f"{type(e).__name__}: {e}"
-        finally:
-            conns[i].close()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    t0[0] = time.perf_counter()
-    go.set()
-    for t in threads:
-        t.join(timeout + 30)
-    bad = [f"request {i}: {e}" for i, e in enumerate(errors) if e]
-    if bad:
-        die("round failed:\n  " + "\n  ".join(bad))
-    return results
+    return concurrent(port, len(bodies), lambda conn, i, t0, deadline: stream(conn, bodies[i], t0, deadline), timeout)
 
 
 def body(model, prompt, gen_len, eog):
