@@ -36,13 +36,7 @@ fn logprobs(model: &LoadedModel, tokens: &[TokenInfo]) -> ChatLogprobs {
     responses(
         (status = 200, description = "The answer; with `stream: true`, server-sent `ChatCompletionChunk` events ending with `[DONE]`",
          content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
-        (status = 400, description = "Bad parameters, malformed JSON, an unsupported field or a prompt over the context", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight", body = ErrorBody),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "Loading or shutting down", body = ErrorBody),
+        crate::error::GenerationErrors,
     )
 )]
 pub async fn chat_completions(

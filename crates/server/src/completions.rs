@@ -37,13 +37,7 @@ fn extend_logprobs(model: &LoadedModel, lp: &mut CompletionLogprobs, tokens: &[T
     responses(
         (status = 200, description = "The completion; with `stream: true`, server-sent `Completion` chunks ending with `[DONE]`",
          content((Completion = "application/json"), (Completion = "text/event-stream"))),
-        (status = 400, description = "Bad parameters, malformed JSON, an unsupported field or a prompt over the context", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight", body = ErrorBody),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "Loading or shutting down", body = ErrorBody),
+        crate::error::GenerationErrors,
     )
 )]
 pub async fn completions(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {

@@ -8,6 +8,33 @@ use axum::response::{IntoResponse, Response};
 use plumb_engine::{EngineError, HandleError};
 use plumb_scheduler::RequestError;
 
+/// The errors a generation route may answer with, for the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum GenerationErrors {
+    /// Bad parameters, malformed JSON, an unsupported field or a prompt over the context
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// Missing or wrong API key
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// Unknown model
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// Body too large
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// Too many requests in flight
+    #[response(status = 429)]
+    QueueFull(ErrorBody),
+    /// The engine failed
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// Loading or shutting down
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 /// Why a request was not answered.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
