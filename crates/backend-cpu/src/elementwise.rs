@@ -88,7 +88,14 @@ pub fn rope_rows(x: &mut [f32], cols: usize, table: &[f32], half: usize, num_hea
 }
 
 /// Rotates pairs (x[i], x[i + half]) of each head by the row's (cos, sin) table (rotate-half).
-pub fn rope_rotate_half_rows(x: &mut [f32], cols: usize, table: &[f32], half: usize, num_heads: usize, head_dim: usize) {
+pub fn rope_rotate_half_rows(
+    x: &mut [f32],
+    cols: usize,
+    table: &[f32],
+    half: usize,
+    num_heads: usize,
+    head_dim: usize,
+) {
     for (row, tab) in x.chunks_exact_mut(cols).zip(table.chunks_exact(2 * half)) {
         let (cos, sin) = tab.split_at(half);
         for head in row.chunks_exact_mut(head_dim).take(num_heads) {

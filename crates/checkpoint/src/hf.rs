@@ -72,7 +72,11 @@ impl Checkpoint {
     /// A Hugging Face folder when `path` is one, else a GGUF file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref();
-        if is_hf_dir(path) { HfCheckpoint::open(path).map(Checkpoint::Hf) } else { GgufFile::open(path).map(Checkpoint::Gguf) }
+        if is_hf_dir(path) {
+            HfCheckpoint::open(path).map(Checkpoint::Hf)
+        } else {
+            GgufFile::open(path).map(Checkpoint::Gguf)
+        }
     }
 
     pub fn as_ref(&self) -> CheckpointRef<'_> {

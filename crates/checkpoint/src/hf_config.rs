@@ -56,7 +56,12 @@ fn bad(key: &str, why: impl Into<String>) -> CheckpointError {
 }
 
 /// Reads a present, non-null key with `f`, or says what it should have been.
-fn opt<T>(m: &Map<String, Value>, key: &str, what: &str, f: impl Fn(&Value) -> Option<T>) -> Result<Option<T>, CheckpointError> {
+fn opt<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    what: &str,
+    f: impl Fn(&Value) -> Option<T>,
+) -> Result<Option<T>, CheckpointError> {
     match m.get(key).filter(|v| !v.is_null()) {
         None => Ok(None),
         Some(v) => f(v).map(Some).ok_or_else(|| bad(key, format!("is {v}, expected {what}"))),
@@ -183,7 +188,9 @@ fn rope(m: &Map<String, Value>) -> Result<(f64, Option<RopeScaling>), Checkpoint
     let scaling = match kind.as_str() {
         "" | "default" => None,
         "linear" => Some(RopeScaling::Linear { factor: f("factor")?.unwrap_or(1.0) }),
-        "yarn" => Some(RopeScaling::Yarn { factor: f("factor")?.unwrap_or(1.0), original_max_position_embeddings: orig }),
+        "yarn" => {
+            Some(RopeScaling::Yarn { factor: f("factor")?.unwrap_or(1.0), original_max_position_embeddings: orig })
+        }
         "llama3" => Some(RopeScaling::Llama3 {
             factor: f("factor")?.unwrap_or(1.0),
             low_freq_factor: f("low_freq_factor")?.unwrap_or(1.0),
@@ -231,15 +238,21 @@ mod tests {
 
     #[test]
     fn refuses_unknown_and_contradictory_fields() {
-        let cases: Vec<(Box<dyn FnOnce(&mut Map<String, Value>)>, &str)> = vec![
+        type Edit = Box<dyn FnOnce(&mut Map<String, Value>)>;
+        let cases: Vec<(Edit, &str)> = vec![
             (Box::new(|m| drop(m.insert("num_experts".into(), 8.into()))), "`num_experts` is not a Qwen3ForCausalLM"),
             (Box::new(|m| drop(m.insert("model_type".into(), "llama".into()))), "contradicts architecture"),
             (Box::new(|m| drop(m.insert("use_sliding_window".into(), true.into()))), "use_sliding_window"),
             (
-                Box::new(|m| drop(m.insert("layer_types".into(), serde_json::json!(["full_attention", "sliding_attention"])))),
+                Box::new(|m| {
+                    drop(m.insert("layer_types".into(), serde_json::json!(["full_attention", "sliding_attention"])))
+                }),
                 "contradicts use_sliding_window",
             ),
-            (Box::new(|m| drop(m.insert("rope_theta".into(), 10000.0.into()))), "rope_parameters.rope_theta is 1000000"),
+            (
+                Box::new(|m| drop(m.insert("rope_theta".into(), 10000.0.into()))),
+                "rope_parameters.rope_theta is 1000000",
+            ),
             (Box::new(|m| drop(m.insert("hidden_act".into(), "gelu".into()))), "hidden_act"),
             (Box::new(|m| drop(m.insert("num_key_value_heads".into(), 3.into()))), "cannot be grouped"),
             (Box::new(|m| drop(m.insert("hidden_size".into(), "64".into()))), "`hidden_size` is \"64\", expected"),

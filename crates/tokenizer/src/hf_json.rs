@@ -49,10 +49,14 @@ impl TokenizerSpec {
         }
         let pre = pre_tokenizer_name(t.get("pre_tokenizer").unwrap_or(&Value::Null))?;
 
-        let vocab = model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad(TOK, "model.vocab is not an object"))?;
+        let vocab =
+            model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad(TOK, "model.vocab is not an object"))?;
         let mut slots: Vec<Option<String>> = Vec::new();
         let mut put = |id: u64, text: &str, what: &str| -> Result<(), TokenizerError> {
-            let id = usize::try_from(id).ok().filter(|&i| i < 1 << 24).ok_or_else(|| bad(TOK, format!("{what} id {id} is too large")))?;
+            let id = usize::try_from(id)
+                .ok()
+                .filter(|&i| i < 1 << 24)
+                .ok_or_else(|| bad(TOK, format!("{what} id {id} is too large")))?;
             if slots.len() <= id {
                 slots.resize(id + 1, None);
             }
@@ -65,11 +69,17 @@ impl TokenizerSpec {
             }
         };
         for (text, id) in vocab {
-            put(id.as_u64().ok_or_else(|| bad(TOK, format!("vocab entry `{text}` has no integer id")))?, text, "vocab")?;
+            put(
+                id.as_u64().ok_or_else(|| bad(TOK, format!("vocab entry `{text}` has no integer id")))?,
+                text,
+                "vocab",
+            )?;
         }
         let mut types_by_id: Vec<(usize, TokenType)> = Vec::new();
         for a in t.get("added_tokens").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-            let (Some(id), Some(text)) = (a.get("id").and_then(Value::as_u64), a.get("content").and_then(Value::as_str)) else {
+            let (Some(id), Some(text)) =
+                (a.get("id").and_then(Value::as_u64), a.get("content").and_then(Value::as_str))
+            else {
                 return Err(bad(TOK, format!("added token {a} has no id or content")));
             };
             put(id, text, "added token")?;
@@ -91,15 +101,17 @@ impl TokenizerSpec {
             .ok_or_else(|| bad(TOK, "model.merges is not a list"))?
             .iter()
             .enumerate()
-            .map(|(i, m)| match m {
-                Value::String(s) => Some(s.clone()),
-                Value::Array(p) => match p.as_slice() {
-                    [Value::String(l), Value::String(r)] => Some(format!("{l} {r}")),
+            .map(|(i, m)| {
+                match m {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Array(p) => match p.as_slice() {
+                        [Value::String(l), Value::String(r)] => Some(format!("{l} {r}")),
+                        _ => None,
+                    },
                     _ => None,
-                },
-                _ => None,
-            }
-            .ok_or_else(|| TokenizerError::BadMerge { idx: i, rule: m.to_string() }))
+                }
+                .ok_or_else(|| TokenizerError::BadMerge { idx: i, rule: m.to_string() })
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         let id_of = |text: &str| tokens.iter().position(|t| t == text).map(|i| i as TokenId);
@@ -112,7 +124,9 @@ impl TokenizerSpec {
                 None => Ok(None),
                 Some(v) => {
                     let text = token_text(v).ok_or_else(|| bad(CONFIG, format!("`{key}` is {v}, not a token")))?;
-                    id_of(&text).map(Some).ok_or_else(|| bad(CONFIG, format!("`{key}` `{text}` is not in the vocabulary")))
+                    id_of(&text)
+                        .map(Some)
+                        .ok_or_else(|| bad(CONFIG, format!("`{key}` `{text}` is not in the vocabulary")))
                 }
             }
         };
@@ -182,10 +196,12 @@ fn pre_tokenizer_name(p: &Value) -> Result<&'static str, TokenizerError> {
                     return Ok(name);
                 }
             }
-            [digits, bl] if byte_level(bl, true) && ty(digits) == "Digits" => {
-                if digits.get("individual_digits").and_then(Value::as_bool) == Some(true) {
-                    return Ok("smollm");
-                }
+            [digits, bl]
+                if byte_level(bl, true)
+                    && ty(digits) == "Digits"
+                    && digits.get("individual_digits").and_then(Value::as_bool) == Some(true) =>
+            {
+                return Ok("smollm");
             }
             _ => {}
         }
@@ -219,7 +235,9 @@ fn post_processor_specials(p: &Value) -> Result<(Option<TokenId>, Option<TokenId
     let one = |part: &[Value], what: &str| -> Result<Option<TokenId>, TokenizerError> {
         match part {
             [] => Ok(None),
-            [e] => special_id(e).map(Some).ok_or_else(|| bad(TOK, format!("post_processor {what} token {e} is not understood"))),
+            [e] => special_id(e)
+                .map(Some)
+                .ok_or_else(|| bad(TOK, format!("post_processor {what} token {e} is not understood"))),
             _ => Err(bad(TOK, format!("post_processor adds {} tokens {what} a sequence", part.len()))),
         }
     };

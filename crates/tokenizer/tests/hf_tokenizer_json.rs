@@ -58,7 +58,8 @@ fn bad_tokenizer_files_are_refused_with_a_reason() {
     assert!(err.contains("tokenizer.json is not JSON"), "{err}");
     let err = TokenizerSpec::from_hf_files("{}", None, None).unwrap_err().to_string();
     assert!(err.contains("no `model`"), "{err}");
-    let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+    type Edit = Box<dyn FnOnce(&mut Value)>;
+    let cases: Vec<(Edit, &str)> = vec![
         (Box::new(|t| t["model"]["type"] = "Unigram".into()), "Unigram"),
         (Box::new(|t| t["normalizer"] = serde_json::json!({"type": "NFKC"})), "normalizer"),
         (Box::new(|t| t["model"]["byte_fallback"] = true.into()), "byte_fallback"),
