@@ -139,6 +139,12 @@ fn check_family_values(m: &Map<String, Value>, architecture: &str) -> Result<(),
     {
         return Err(bad("pretraining_tp", format!("is {tp}; only 1 (no split projections) is supported")));
     }
+    if architecture == "MistralForCausalLM"
+        && let Some(window) = size(m, "sliding_window")?
+        && window < req_size(m, "max_position_embeddings")?
+    {
+        return Err(bad("sliding_window", format!("is {window}; plumb's llama family attends over the whole context")));
+    }
     if architecture == "Qwen3ForCausalLM" {
         let sliding = opt(m, "use_sliding_window", "true or false", Value::as_bool)?.unwrap_or(false);
         if sliding {
@@ -267,6 +273,16 @@ mod tests {
             assert!(err.contains(want), "{err:?} should contain {want:?}");
         }
         assert!(ModelConfig::from_hf_json("{not json").unwrap_err().to_string().contains("not JSON"));
+    }
+
+    #[test]
+    fn refuses_a_mistral_sliding_window_shorter_than_the_context() {
+        let text = r#"{"architectures":["MistralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":8192,
+            "sliding_window":4096}"#;
+        let err = ModelConfig::from_hf_json(text).unwrap_err().to_string();
+        assert!(err.contains("`sliding_window` is 4096"), "{err}");
+        assert!(ModelConfig::from_hf_json(&text.replace("4096", "null")).is_ok());
     }
 
     #[test]

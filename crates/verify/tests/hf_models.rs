@@ -3,10 +3,11 @@
 //! and the HF copies of fixtures/llama_variants (the same models plumb also reads as llama.cpp
 //! GGUF, there with Q/K rows permuted into adjacent pairs). plumb's float64 graph and the CPU
 //! backend are compared on every position of every prompt, with the float64 greedy continuation.
+//! BF16 and F16 copies of the Qwen3 weights load too and differ only by the weights' rounding.
 
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_ref::RefBackend;
-use plumb_checkpoint::HfCheckpoint;
+use plumb_checkpoint::{HfCheckpoint, SafetensorsFile};
 use plumb_core::{ForwardBatch, FullBackend};
 use plumb_verify::nrms;
 use serde_json::Value;
@@ -85,5 +86,59 @@ fn llama_folders_match_transformers_float64_in_rotate_half_layout() {
         let (reference, cpu, floor) = compare(&fixtures().join("llama_variants").join(model));
         assert!(reference < 1e-10, "{model}: float64 graph vs transformers: {reference:e}");
         assert!(cpu < 4.0 * floor, "{model}: cpu {cpu:e} vs 4× the float32 floor {floor:e}");
+    }
+}
+
+/// One float32 value → its 2-byte little-endian encoding in a half-width format.
+type Convert = fn(f32) -> [u8; 2];
+
+/// Writes `dir/model.safetensors` holding `src`'s F32 tensors converted by `convert` to `dtype`.
+fn write_converted(src: &SafetensorsFile, dir: &Path, dtype: &str, convert: Convert) {
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for t in src.tensors() {
+        let begin = data.len();
+        for v in src.tensor_data(t).chunks_exact(4) {
+            data.extend(convert(f32::from_le_bytes(v.try_into().unwrap())));
+        }
+        let entry = serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [begin, data.len()]});
+        header.insert(t.name.clone(), entry);
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+}
+
+#[test]
+fn bf16_and_f16_weights_load_and_differ_only_by_rounding() {
+    let f32_dir = fixtures().join("qwen3/hf");
+    let src = SafetensorsFile::open(f32_dir.join("model.safetensors")).unwrap();
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("qwen3/manifest.json")).unwrap()).unwrap();
+    let tokens = ids(&m["prompts"][0]["prompt_ids"]);
+    let (reference, cpu) = (RefBackend::<f64>::new(2), CpuBackend::new(2));
+    let exact = logits(&HfCheckpoint::open(&f32_dir).unwrap(), &reference, &tokens);
+    // Bounds: measured 1.2e-2 (BF16) and 1.3e-3 (F16) — about 6× each format's unit roundoff
+    // (2^-9, 2^-12), this random model's gain — with room for 2.5–3×.
+    let formats: [(&str, Convert, f64); 2] = [
+        ("BF16", |v| half::bf16::from_f32(v).to_le_bytes(), 3e-2),
+        ("F16", |v| half::f16::from_f32(v).to_le_bytes(), 4e-3),
+    ];
+    for (dtype, convert, bound) in formats {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(f32_dir.join(name), dir.path().join(name)).unwrap();
+        }
+        write_converted(&src, dir.path(), dtype, convert);
+        let ckpt = HfCheckpoint::open(dir.path()).unwrap();
+        let (got_ref, got_cpu) = (logits(&ckpt, &reference, &tokens), logits(&ckpt, &cpu, &tokens));
+        let rounding = nrms(&got_ref, &exact);
+        let cpu_vs_ref = nrms(&got_cpu, &got_ref);
+        eprintln!("{dtype}: float64 graph vs F32 weights {rounding:.3e}; cpu vs float64 graph {cpu_vs_ref:.3e}");
+        // The weights did change, by their format's rounding, and the CPU computes with them as
+        // the float64 graph does, to float32 accuracy.
+        assert!(rounding > 1e-6 && rounding < bound, "{dtype}: {rounding:e}");
+        assert!(cpu_vs_ref < 1e-5, "{dtype}: cpu vs float64 graph {cpu_vs_ref:e}");
     }
 }
