@@ -3,7 +3,8 @@
 //! and the HF copies of fixtures/llama_variants (the same models plumb also reads as llama.cpp
 //! GGUF, there with Q/K rows permuted into adjacent pairs). plumb's float64 graph and the CPU
 //! backend are compared on every position of every prompt, with the float64 greedy continuation.
-//! BF16 and F16 copies of the Qwen3 weights load too and differ only by the weights' rounding.
+//! BF16 and F16 copies of the Qwen3 weights load too and differ only by the weights' rounding;
+//! `tie_word_embeddings` decides whether the head is `lm_head` or the token embeddings.
 
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_ref::RefBackend;
@@ -94,14 +95,26 @@ type Convert = fn(f32) -> [u8; 2];
 
 /// Writes `dir/model.safetensors` holding `src`'s F32 tensors converted by `convert` to `dtype`.
 fn write_converted(src: &SafetensorsFile, dir: &Path, dtype: &str, convert: Convert) {
-    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
-    for t in src.tensors() {
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = src
+        .tensors()
+        .iter()
+        .map(|t| {
+            let bytes =
+                src.tensor_data(t).chunks_exact(4).flat_map(|v| convert(f32::from_le_bytes(v.try_into().unwrap())));
+            (t.name.clone(), t.shape.clone(), bytes.collect())
+        })
+        .collect();
+    write_safetensors(dir, dtype, &tensors);
+}
+
+/// Writes `dir/model.safetensors` holding (name, shape, bytes) tensors, all of `dtype`.
+fn write_safetensors(dir: &Path, dtype: &str, tensors: &[(String, Vec<usize>, Vec<u8>)]) {
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::<u8>::new());
+    for (name, shape, bytes) in tensors {
         let begin = data.len();
-        for v in src.tensor_data(t).chunks_exact(4) {
-            data.extend(convert(f32::from_le_bytes(v.try_into().unwrap())));
-        }
-        let entry = serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [begin, data.len()]});
-        header.insert(t.name.clone(), entry);
+        data.extend(bytes);
+        let entry = serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [begin, data.len()]});
+        header.insert(name.clone(), entry);
     }
     let header = serde_json::Value::Object(header).to_string();
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
@@ -141,4 +154,49 @@ fn bf16_and_f16_weights_load_and_differ_only_by_rounding() {
         assert!(rounding > 1e-6 && rounding < bound, "{dtype}: {rounding:e}");
         assert!(cpu_vs_ref < 1e-5, "{dtype}: cpu vs float64 graph {cpu_vs_ref:e}");
     }
+}
+
+/// A copy of the Qwen3 fixture folder with `tie_word_embeddings` set as given and its weights
+/// with `lm_head.weight` (a copy of the token embeddings) kept or dropped.
+fn tied_variant(tie: bool, keep_lm_head: bool) -> tempfile::TempDir {
+    let src_dir = fixtures().join("qwen3/hf");
+    let src = SafetensorsFile::open(src_dir.join("model.safetensors")).unwrap();
+    let embed = src.tensor_data(src.tensor("model.embed_tokens.weight").unwrap()).to_vec();
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = src
+        .tensors()
+        .iter()
+        .filter(|t| keep_lm_head || t.name != "lm_head.weight")
+        .map(|t| {
+            let bytes = if t.name == "lm_head.weight" { embed.clone() } else { src.tensor_data(t).to_vec() };
+            (t.name.clone(), t.shape.clone(), bytes)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(src_dir.join("config.json")).unwrap();
+    let config = config.replace("\"tie_word_embeddings\": false", &format!("\"tie_word_embeddings\": {tie}"));
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    write_safetensors(dir.path(), "F32", &tensors);
+    dir
+}
+
+#[test]
+fn a_tied_head_is_the_token_embeddings_and_a_stray_lm_head_is_refused() {
+    let reference = RefBackend::<f64>::new(2);
+    let tokens = [5, 77, 300, 12, 9];
+    // Untied with lm_head = embed_tokens must equal tied without lm_head, bit for bit.
+    let untied = logits(&HfCheckpoint::open(tied_variant(false, true).path()).unwrap(), &reference, &tokens);
+    let tied = logits(&HfCheckpoint::open(tied_variant(true, false).path()).unwrap(), &reference, &tokens);
+    assert_eq!(untied, tied);
+    let stray = tied_variant(true, true);
+    let err = plumb_models::load_model_with(&HfCheckpoint::open(stray.path()).unwrap(), &reference, None)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("lm_head.weight"), "{err}");
+    let missing = tied_variant(false, false);
+    let err = plumb_models::load_model_with(&HfCheckpoint::open(missing.path()).unwrap(), &reference, None)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("`lm_head.weight` is missing"), "{err}");
 }
