@@ -87,6 +87,27 @@ pub fn rope_rows(x: &mut [f32], cols: usize, table: &[f32], half: usize, num_hea
     }
 }
 
+/// Rotates pairs (x[i], x[i + half]) of each head by the row's (cos, sin) table (rotate-half).
+pub fn rope_rotate_half_rows(
+    x: &mut [f32],
+    cols: usize,
+    table: &[f32],
+    half: usize,
+    num_heads: usize,
+    head_dim: usize,
+) {
+    for (row, tab) in x.chunks_exact_mut(cols).zip(table.chunks_exact(2 * half)) {
+        let (cos, sin) = tab.split_at(half);
+        for head in row.chunks_exact_mut(head_dim).take(num_heads) {
+            for i in 0..half {
+                let (x0, x1) = (head[i], head[i + half]);
+                head[i] = x0 * cos[i] - x1 * sin[i];
+                head[i + half] = x1 * cos[i] + x0 * sin[i];
+            }
+        }
+    }
+}
+
 /// The (cos, sin) table for `positions` × `inv_freq`, angles and trigonometry in f64.
 pub fn rope_table(positions: &[u32], inv_freq: &[f64]) -> Vec<f32> {
     let half = inv_freq.len();

@@ -261,6 +261,24 @@ impl ElementwiseOps for CpuBackend {
         });
     }
 
+    fn rms_norm_heads(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32, out: &mut CpuTensor) {
+        let w = weight.dense.as_deref().expect("norm weights are vectors");
+        assert!(
+            !w.is_empty() && x.cols.is_multiple_of(w.len()) && (out.rows, out.cols) == (x.rows, x.cols),
+            "rms_norm_heads `{}`: shape mismatch",
+            weight.name
+        );
+        let cols = x.cols;
+        let shared = SharedOut::new(&mut out.data);
+        let isa = self.isa;
+        self.par_rows(x.rows, &|r| {
+            // SAFETY: threads get disjoint row ranges; `out` outlives the call.
+            let o = unsafe { shared.part(r.start * cols, r.len() * cols) };
+            // `rms_norm_rows` normalizes every `w.len()`-long slice: here, every head.
+            elementwise::rms_norm_rows(isa, &x.data[r.start * cols..r.end * cols], w, eps, o);
+        });
+    }
+
     fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
         assert_eq!((acc.rows, acc.cols), (x.rows, x.cols));
         elementwise::add_into(&mut acc.data, &x.data);
@@ -300,6 +318,13 @@ impl RopeOps for CpuBackend {
         assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope: shape mismatch");
         let cols = x.cols;
         elementwise::rope_rows(&mut x.data, cols, &table.data, table.cols / 2, num_heads, head_dim);
+    }
+
+    fn rope_rotate_half(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
+        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope_rotate_half: shape mismatch");
+        assert!(table.cols <= head_dim, "rope_rotate_half: the table rotates more dims than a head has");
+        let cols = x.cols;
+        elementwise::rope_rotate_half_rows(&mut x.data, cols, &table.data, table.cols / 2, num_heads, head_dim);
     }
 }
 

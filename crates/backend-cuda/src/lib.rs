@@ -120,7 +120,7 @@ fn type_suffix(ty: GgmlType) -> Option<&'static str> {
 /// Every kernel the module defines.
 fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
-        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "gather_rows", "write_kv", "attention"]
+        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv", "attention"]
             .map(String::from)
             .into();
     for ty in GgmlType::DEQUANTIZABLE {

@@ -98,6 +98,27 @@ impl ElementwiseOps for CudaBackend {
         launch(b, cfg, "rms_norm");
     }
 
+    fn rms_norm_heads(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
+        let w = weight.dense.as_ref().expect("norm weights are vectors");
+        let d = weight.cols;
+        assert!(
+            d > 0 && x.cols.is_multiple_of(d) && (out.rows, out.cols) == (x.rows, x.cols),
+            "rms_norm_heads `{}`: shape mismatch",
+            weight.name
+        );
+        let num_slices = x.rows * (x.cols / d);
+        if num_slices == 0 {
+            return;
+        }
+        // [num_rows, num_heads · head_dim] is [num_rows · num_heads, head_dim] in memory, so the
+        // row kernel normalizes each head with the same arithmetic as a whole-row RMSNorm.
+        let cols = d as i32;
+        let mut b = self.stream.launch_builder(self.kernel("rms_norm"));
+        b.arg(&x.buf).arg(w).arg(&eps).arg(&mut out.buf).arg(&cols);
+        let cfg = LaunchConfig { grid_dim: (num_slices as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        launch(b, cfg, "rms_norm");
+    }
+
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor) {
         assert_eq!((acc.rows, acc.cols), (x.rows, x.cols), "add: shape mismatch");
         let n = (x.rows * x.cols) as u64;
@@ -155,6 +176,21 @@ impl RopeOps for CudaBackend {
         let mut b = self.stream.launch_builder(self.kernel("rope"));
         b.arg(&mut x.buf).arg(&table.buf).arg(&rows).arg(&cols).arg(&half_i).arg(&heads).arg(&hd);
         launch(b, grid_1d(n), "rope");
+    }
+
+    fn rope_rotate_half(&self, x: &mut CudaTensor, table: &CudaTensor, num_heads: usize, head_dim: usize) {
+        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope_rotate_half: shape mismatch");
+        let half = table.cols / 2;
+        assert!(2 * half <= head_dim, "rope_rotate_half: the table rotates more dims than a head has");
+        let n = x.rows * num_heads * half;
+        if n == 0 {
+            return;
+        }
+        let (rows, cols, half_i, heads, hd) =
+            (x.rows as i32, x.cols as i32, half as i32, num_heads as i32, head_dim as i32);
+        let mut b = self.stream.launch_builder(self.kernel("rope_rotate_half"));
+        b.arg(&mut x.buf).arg(&table.buf).arg(&rows).arg(&cols).arg(&half_i).arg(&heads).arg(&hd);
+        launch(b, grid_1d(n), "rope_rotate_half");
     }
 }
 

@@ -177,6 +177,19 @@ impl<T: RefFloat> ElementwiseOps for RefBackend<T> {
         }
     }
 
+    fn rms_norm_heads(&self, x: &RefTensor<T>, weight: &RefTensor<T>, eps: f32, out: &mut RefTensor<T>) {
+        let d = weight.data.len();
+        assert!(d > 0 && x.cols.is_multiple_of(d), "rms_norm_heads: head_dim {d} does not divide {}", x.cols);
+        assert_eq!((out.rows, out.cols), (x.rows, x.cols), "rms_norm_heads: shape mismatch");
+        for (row, o) in x.data.chunks_exact(d).zip(out.data.chunks_exact_mut(d)) {
+            let mean = dot(row, row) / T::from_f64(d as f64);
+            let inv = T::one() / (mean + T::from_f64(eps as f64)).sqrt();
+            for ((o, &v), &w) in o.iter_mut().zip(row).zip(&weight.data) {
+                *o = v * inv * w;
+            }
+        }
+    }
+
     fn add(&self, acc: &mut RefTensor<T>, x: &RefTensor<T>) {
         for (a, &b) in acc.data.iter_mut().zip(&x.data) {
             *a = *a + b;
@@ -224,6 +237,22 @@ impl<T: RefFloat> RopeOps for RefBackend<T> {
                     let (x0, x1) = (x.data[at], x.data[at + 1]);
                     x.data[at] = x0 * c - x1 * s;
                     x.data[at + 1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+
+    fn rope_rotate_half(&self, x: &mut RefTensor<T>, table: &RefTensor<T>, num_heads: usize, head_dim: usize) {
+        let half = table.cols / 2;
+        assert!(2 * half <= head_dim, "rope_rotate_half: the table rotates more dims than a head has");
+        for n in 0..x.rows {
+            for h in 0..num_heads {
+                for i in 0..half {
+                    let (c, s) = (table.data[n * 2 * half + i], table.data[n * 2 * half + half + i]);
+                    let at = n * x.cols + h * head_dim + i;
+                    let (x0, x1) = (x.data[at], x.data[at + half]);
+                    x.data[at] = x0 * c - x1 * s;
+                    x.data[at + half] = x1 * c + x0 * s;
                 }
             }
         }

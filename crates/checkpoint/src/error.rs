@@ -51,6 +51,8 @@ pub enum CheckpointError {
     BadMetadataValue { key: String, why: String },
     #[error("tensor `{0}` is missing")]
     MissingTensor(String),
+    #[error("{file}: `{key}` {why}")]
+    BadConfig { file: String, key: String, why: String },
     #[error("{path}: {why}")]
     BadSafetensors { path: PathBuf, why: String },
     #[error("{0}")]

@@ -1,4 +1,5 @@
-//! Model hyper-parameters in Hugging Face terms, read from GGUF metadata or a `config.json`.
+//! Model hyper-parameters in Hugging Face terms, read from GGUF metadata (here) or a
+//! `config.json` (`hf_config.rs`).
 //! Invariant: a `ModelConfig` that was built successfully is internally consistent
 //! (heads divide the hidden size, KV heads divide heads), so model code need not re-check.
 
@@ -34,6 +35,17 @@ pub struct ModelConfig {
     pub rope_dim: usize,
     pub rope_scaling: Option<RopeScaling>,
     pub tie_word_embeddings: bool,
+    /// Which dimensions RoPE pairs up: a property of where the Q/K weights came from.
+    pub rope_layout: RopeLayout,
+}
+
+/// How a checkpoint's Q/K rows pair dimensions for RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RopeLayout {
+    /// (x[2i], x[2i+1]): GGUF Llama-family checkpoints, whose converter permutes Q/K rows.
+    AdjacentPairs,
+    /// (x[i], x[i + r/2]): Hugging Face checkpoints, and GGUF architectures llama.cpp runs as NeoX.
+    RotateHalf,
 }
 
 /// GGUF `general.architecture` → Hugging Face architecture name.
@@ -107,77 +119,17 @@ impl ModelConfig {
                 .map_or(head_dim, |v| v as usize),
             rope_scaling,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
+            // llama.cpp's converter permutes Q/K rows into adjacent pairs only for these.
+            rope_layout: match arch {
+                "llama" | "mistral" => RopeLayout::AdjacentPairs,
+                _ => RopeLayout::RotateHalf,
+            },
         };
         config.validate().map_err(|why| CheckpointError::BadMetadataValue { key: format!("{arch}.*"), why })?;
         Ok(config)
     }
 
-    /// Reads a Hugging Face `config.json`.
-    pub fn from_hf_json(text: &str) -> Result<Self, CheckpointError> {
-        let bad = |why: String| CheckpointError::BadMetadataValue { key: "config.json".into(), why };
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        let get = |k: &str| v.get(k).filter(|x| !x.is_null());
-        let req_u = |k: &str| {
-            get(k)
-                .and_then(|x| x.as_u64())
-                .map(|x| x as usize)
-                .ok_or_else(|| bad(format!("`{k}` is missing or not an integer")))
-        };
-        let architecture = get("architectures")
-            .and_then(|a| a.get(0))
-            .and_then(|a| a.as_str())
-            .ok_or_else(|| bad("`architectures` is missing".into()))?
-            .to_string();
-        let hidden_size = req_u("hidden_size")?;
-        let num_attention_heads = req_u("num_attention_heads")?;
-        let head_dim =
-            get("head_dim").and_then(|x| x.as_u64()).map_or(hidden_size / num_attention_heads.max(1), |x| x as usize);
-        let rope_scaling = match get("rope_scaling") {
-            None => None,
-            Some(rs) => {
-                let f = |k: &str| rs.get(k).and_then(|x| x.as_f64());
-                let kind = rs.get("rope_type").or_else(|| rs.get("type")).and_then(|x| x.as_str()).unwrap_or("");
-                let orig = rs.get("original_max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0);
-                match kind {
-                    "linear" => Some(RopeScaling::Linear { factor: f("factor").unwrap_or(1.0) }),
-                    "yarn" => Some(RopeScaling::Yarn {
-                        factor: f("factor").unwrap_or(1.0),
-                        original_max_position_embeddings: orig,
-                    }),
-                    "llama3" => Some(RopeScaling::Llama3 {
-                        factor: f("factor").unwrap_or(1.0),
-                        low_freq_factor: f("low_freq_factor").unwrap_or(1.0),
-                        high_freq_factor: f("high_freq_factor").unwrap_or(4.0),
-                        original_max_position_embeddings: orig,
-                    }),
-                    "default" | "" => None,
-                    other => return Err(bad(format!("unknown rope_scaling type `{other}`"))),
-                }
-            }
-        };
-        let config = ModelConfig {
-            architecture,
-            hidden_size,
-            intermediate_size: req_u("intermediate_size")?,
-            num_hidden_layers: req_u("num_hidden_layers")?,
-            num_attention_heads,
-            num_key_value_heads: get("num_key_value_heads")
-                .and_then(|x| x.as_u64())
-                .map_or(num_attention_heads, |x| x as usize),
-            head_dim,
-            vocab_size: req_u("vocab_size")?,
-            max_position_embeddings: req_u("max_position_embeddings")?,
-            rms_norm_eps: get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-6),
-            rope_theta: get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10_000.0),
-            rope_dim: head_dim,
-            rope_scaling,
-            tie_word_embeddings: get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false),
-        };
-        config.validate().map_err(bad)?;
-        Ok(config)
-    }
-
-    fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let positive = [
             ("hidden_size", self.hidden_size),
             ("intermediate_size", self.intermediate_size),
@@ -204,30 +156,5 @@ impl ModelConfig {
             return Err("rms_norm_eps and rope_theta must be positive".into());
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_hf_config_json() {
-        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":576,"intermediate_size":1536,
-            "num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":3,"vocab_size":49152,
-            "max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":100000.0,"tie_word_embeddings":true,
-            "rope_scaling":null}"#;
-        let c = ModelConfig::from_hf_json(text).unwrap();
-        assert_eq!((c.head_dim, c.num_key_value_heads, c.rope_scaling), (64, 3, None));
-        assert!(c.tie_word_embeddings);
-    }
-
-    #[test]
-    fn rejects_inconsistent_heads() {
-        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":576,"intermediate_size":1536,
-            "num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":4,"vocab_size":49152,
-            "max_position_embeddings":8192}"#;
-        let err = ModelConfig::from_hf_json(text).unwrap_err().to_string();
-        assert!(err.contains("cannot be grouped"), "{err}");
     }
 }

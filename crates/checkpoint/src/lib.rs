@@ -5,6 +5,8 @@
 
 pub mod error;
 pub mod gguf;
+pub mod hf;
+pub mod hf_config;
 pub mod hparams;
 pub mod safetensors;
 pub mod source;
@@ -12,5 +14,6 @@ pub mod tensor_names;
 
 pub use error::CheckpointError;
 pub use gguf::{GgufFile, MetaValue, TensorInfo};
-pub use hparams::ModelConfig;
+pub use hf::{Checkpoint, CheckpointRef, HfCheckpoint, WeightView};
+pub use hparams::{ModelConfig, RopeLayout};
 pub use safetensors::{SafetensorsFile, SafetensorsModel, StDtype, StTensorInfo};

@@ -132,8 +132,11 @@ impl<'de> serde::Deserialize<'de> for Entries {
     }
 }
 
+/// (data section offset, tensors, `__metadata__` entries) of a validated header.
+type Header = (u64, Vec<StTensorInfo>, Vec<(String, String)>);
+
 /// Parses and validates the header of `bytes` (a whole file).
-fn parse(bytes: &[u8], path: &Path) -> Result<(u64, Vec<StTensorInfo>, Vec<(String, String)>), CheckpointError> {
+fn parse(bytes: &[u8], path: &Path) -> Result<Header, CheckpointError> {
     let file_len = bytes.len() as u64;
     if file_len < 8 {
         return Err(bad(

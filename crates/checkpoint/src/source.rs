@@ -67,8 +67,8 @@ pub enum SourceError {
     )]
     UnknownModel { spec: String, known: String },
     #[error(
-        "{path} is a directory; plumb reads one .gguf file: pass --model PATH/TO/MODEL.gguf{holds} or a \
-         known model name ({known})"
+        "{path} is a directory without a config.json, so not a Hugging Face model folder; pass --model \
+         PATH/TO/MODEL.gguf{holds}, a Hugging Face folder, or a known model name ({known})"
     )]
     IsDirectory { path: PathBuf, holds: String, known: String },
     #[error(
@@ -138,6 +138,9 @@ pub fn resolve_model(spec: Option<&str>, home: &Path, progress: &dyn Progress) -
     };
     let path = Path::new(spec);
     let known = || DEFAULT_MODEL.aliases.join(", ");
+    if crate::hf::is_hf_dir(path) {
+        return Ok(path.to_path_buf());
+    }
     if path.is_dir() {
         let mut ggufs: Vec<String> = fs::read_dir(path)
             .map_err(io_err(path))?
@@ -293,6 +296,27 @@ pub fn sha256_file(path: &Path, progress: &dyn Progress) -> Result<String, Sourc
         progress.advance(n as u64);
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// The model's hash for receipts: a file's SHA-256, or for a Hugging Face folder the SHA-256 of
+/// its `sha256sum`-style listing (`<sha256>  <name>\n` for every regular file, sorted by name).
+pub fn sha256_model(path: &Path, progress: &dyn Progress) -> Result<String, SourceError> {
+    if !path.is_dir() {
+        return sha256_file(path, progress);
+    }
+    let mut names: Vec<PathBuf> = fs::read_dir(path)
+        .map_err(io_err(path))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort();
+    let mut listing = String::new();
+    for p in &names {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        listing.push_str(&format!("{}  {name}\n", sha256_file(p, progress)?));
+    }
+    Ok(hex(&Sha256::digest(listing.as_bytes())))
 }
 
 fn hex(bytes: &[u8]) -> String {

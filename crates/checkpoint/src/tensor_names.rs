@@ -4,12 +4,15 @@
 //! that RoPE rotates adjacent pairs; the attention layer, not this table, accounts for that.
 
 /// (GGUF suffix within `blk.N.`, Hugging Face suffix within `model.layers.N.`).
-const LAYER_NAMES: [(&str, &str); 17] = [
+const LAYER_NAMES: [(&str, &str); 19] = [
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
     ("attn_v.weight", "self_attn.v_proj.weight"),
     ("attn_output.weight", "self_attn.o_proj.weight"),
+    // Qwen3's per-head QK RMSNorm.
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
     ("attn_q.bias", "self_attn.q_proj.bias"),
     ("attn_k.bias", "self_attn.k_proj.bias"),
     ("attn_v.bias", "self_attn.v_proj.bias"),

@@ -82,7 +82,7 @@ fn model_names_plumb_cannot_use_say_what_it_accepts() {
     let home = tempfile::tempdir().unwrap();
     let err = source::resolve_model(Some(home.path().to_str().unwrap()), home.path(), &NoProgress).unwrap_err();
     assert!(matches!(err, SourceError::IsDirectory { .. }), "{err}");
-    assert!(err.to_string().contains("is a directory; plumb reads one .gguf file"), "{err}");
+    assert!(err.to_string().contains("is a directory without a config.json"), "{err}");
     touch(&home.path().join("m.gguf"), 1);
     let err = source::resolve_model(Some(home.path().to_str().unwrap()), home.path(), &NoProgress).unwrap_err();
     assert!(err.to_string().contains("this one holds: m.gguf"), "{err}");

@@ -24,7 +24,7 @@ fn build(tensors: &[(&str, &str, Vec<usize>, Vec<u8>)], metadata: Option<Value>)
 
 fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
     let mut h = header.as_bytes().to_vec();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();

@@ -6,7 +6,7 @@ use crate::counts;
 use crate::receipt;
 use crate::session::{ModelArgs, OpenBackend, Session};
 use anyhow::Result;
-use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_checkpoint::source::{NoProgress, sha256_model};
 use plumb_engine::Request;
 use plumb_sampling::SamplingParams;
 use serde_json::json;
@@ -110,7 +110,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
             dd.push(args.gen_len as f64 / decode);
         }
     }
-    let sha = sha256_file(&s.path, &NoProgress)?;
+    let sha = sha256_model(&s.path, &NoProgress)?;
     let mut figures = json!({
         "backend": s.engine.backend().name(),
         "threads": threads,

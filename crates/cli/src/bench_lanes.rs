@@ -7,8 +7,8 @@ use crate::bench::BenchArgs;
 use crate::{plot, receipt};
 use anyhow::{Context, Result, bail};
 use plumb_backend_cpu::CpuBackend;
-use plumb_checkpoint::GgufFile;
-use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_checkpoint::Checkpoint;
+use plumb_checkpoint::source::{NoProgress, sha256_model};
 use plumb_core::Backend;
 use plumb_engine::{Engine, EngineHandle, Event, Request};
 use plumb_sampling::SamplingParams;
@@ -102,7 +102,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         bail!("--concurrency takes a list of positive counts, e.g. 1,4,8,16");
     }
     let path = crate::resolve_model(args.model.model.as_deref())?;
-    let file = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let file = Checkpoint::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let backend = <CpuBackend as crate::session::OpenBackend>::open(&args.model)?;
     let model = plumb_models::load_model(&file, &backend)?;
     let vocab = model.config().vocab_size;
@@ -149,7 +149,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         "sampling": "greedy, end-of-turn ignored",
         "levels": results,
     });
-    let sha = sha256_file(&path, &NoProgress)?;
+    let sha = sha256_model(&path, &NoProgress)?;
     let r = receipt::envelope("bench-concurrency", started, &path, &sha, figures.clone());
     if let Some(out) = &args.receipt {
         receipt::write(out, &r)?;

@@ -4,8 +4,8 @@
 use crate::receipt;
 use crate::session::{ModelArgs, OpenBackend, Session};
 use anyhow::{Result, bail};
-use plumb_checkpoint::GgufFile;
-use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_checkpoint::Checkpoint;
+use plumb_checkpoint::source::{NoProgress, sha256_model};
 use plumb_engine::Request;
 use plumb_sampling::SamplingParams;
 use plumb_verify::conformance::run_suite;
@@ -130,7 +130,7 @@ fn run_on<B: OpenBackend>(args: &CheckArgs) -> Result<()> {
             gen_len: 512,
         });
     }
-    let file = GgufFile::open(&session.path)?;
+    let file = Checkpoint::open(&session.path)?;
     let gate = run_gate(&file, &backend, &controls, F32_BOUND, threads)?;
     println!(
         "{:<14} {:>6} {:>11} {:>11} {:>11} {:>11}  greedy  near-ties  chunked  laned",
@@ -230,7 +230,7 @@ fn run_on<B: OpenBackend>(args: &CheckArgs) -> Result<()> {
         "pass": pass,
         "failures": failures,
     });
-    let sha = sha256_file(&session.path, &NoProgress)?;
+    let sha = sha256_model(&session.path, &NoProgress)?;
     let r = receipt::envelope("check", started, &session.path, &sha, figures);
     let path = match &args.receipt {
         Some(p) => p.clone(),

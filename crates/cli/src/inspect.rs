@@ -1,7 +1,7 @@
 //! `plumb inspect`: what a checkpoint holds, as a table or JSON.
 
 use anyhow::{Context, Result};
-use plumb_checkpoint::{GgufFile, ModelConfig};
+use plumb_checkpoint::{Checkpoint, CheckpointRef, GgufFile, HfCheckpoint, ModelConfig};
 use plumb_engine::load;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -23,9 +23,11 @@ struct SpecialToken {
 struct Report {
     path: String,
     file_bytes: u64,
-    gguf_version: u32,
+    /// `GGUF v3` or `Hugging Face safetensors`.
+    format: String,
+    gguf_version: Option<u32>,
     name: Option<String>,
-    gguf_architecture: String,
+    gguf_architecture: Option<String>,
     config: ModelConfig,
     num_tensors: usize,
     tensor_types: BTreeMap<String, TensorTypeCount>,
@@ -38,16 +40,46 @@ struct Report {
     has_chat_template: bool,
 }
 
+/// What a GGUF file holds.
 fn report(file: &GgufFile) -> Result<Report> {
-    let config = ModelConfig::from_gguf(file)?;
-    let tok = load::tokenizer(file)?;
-    let spec = tok.spec();
     let mut tensor_types: BTreeMap<String, TensorTypeCount> = BTreeMap::new();
     for t in &file.tensors {
         let e = tensor_types.entry(t.ty.to_string()).or_insert(TensorTypeCount { count: 0, bytes: 0 });
         e.count += 1;
         e.bytes += t.size;
     }
+    let mut r = common(CheckpointRef::Gguf(file), tensor_types)?;
+    r.file_bytes = file.file_len();
+    r.format = format!("GGUF v{}", file.version);
+    r.gguf_version = Some(file.version);
+    r.name = file.get("general.name").and_then(|v| v.as_str()).map(String::from);
+    r.gguf_architecture = Some(file.get_str("general.architecture")?.to_string());
+    r.num_params = file.tensors.iter().map(|t| t.num_elems()).sum();
+    Ok(r)
+}
+
+/// What a Hugging Face folder holds.
+fn report_hf(h: &HfCheckpoint) -> Result<Report> {
+    let mut tensor_types: BTreeMap<String, TensorTypeCount> = BTreeMap::new();
+    let mut num_params = 0u64;
+    for name in h.weights.names() {
+        let (_, t) = h.weights.tensor(name).expect("listed names exist");
+        let e = tensor_types.entry(format!("{:?}", t.dtype)).or_insert(TensorTypeCount { count: 0, bytes: 0 });
+        e.count += 1;
+        e.bytes += t.end - t.begin;
+        num_params += t.shape.iter().product::<usize>() as u64;
+    }
+    let mut r = common(CheckpointRef::Hf(h), tensor_types)?;
+    r.file_bytes = r.tensor_types.values().map(|t| t.bytes).sum();
+    r.format = "Hugging Face safetensors".into();
+    r.num_params = num_params;
+    Ok(r)
+}
+
+fn common(checkpoint: CheckpointRef<'_>, tensor_types: BTreeMap<String, TensorTypeCount>) -> Result<Report> {
+    let config = checkpoint.config()?;
+    let tok = load::checkpoint_tokenizer(checkpoint)?;
+    let spec = tok.spec();
     let mut special_tokens = Vec::new();
     let named = [("bos", spec.bos_id), ("eos", spec.eos_id), ("unk", spec.unk_id), ("pad", spec.pad_id)];
     for (role, id) in named {
@@ -59,15 +91,16 @@ fn report(file: &GgufFile) -> Result<Report> {
         special_tokens.push(SpecialToken { role: "end of generation", id, text: spec.tokens[id as usize].clone() });
     }
     Ok(Report {
-        path: file.path().display().to_string(),
-        file_bytes: file.file_len(),
-        gguf_version: file.version,
-        name: file.get("general.name").and_then(|v| v.as_str()).map(String::from),
-        gguf_architecture: file.get_str("general.architecture")?.to_string(),
+        path: checkpoint.path().display().to_string(),
+        file_bytes: 0,
+        format: String::new(),
+        gguf_version: None,
+        name: None,
+        gguf_architecture: None,
         config,
-        num_tensors: file.tensors.len(),
+        num_tensors: tensor_types.values().map(|t| t.count).sum(),
         tensor_types,
-        num_params: file.tensors.iter().map(|t| t.num_elems()).sum(),
+        num_params: 0,
         tokenizer_kind: format!("{:?}", spec.kind),
         pre_tokenizer: spec.pre.clone(),
         vocab_size: tok.vocab_size(),
@@ -83,12 +116,16 @@ fn mb(bytes: u64) -> String {
 
 pub fn run(model: Option<&str>, json: bool) -> Result<()> {
     let path = crate::resolve_model(model)?;
-    let file = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let r = match report(&file) {
+    let file = Checkpoint::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let r = match &file {
+        Checkpoint::Gguf(f) => report(f),
+        Checkpoint::Hf(h) => report_hf(h),
+    };
+    let r = match r {
         Ok(r) => r,
         Err(e) => {
             // An architecture plumb does not run explains more than a metadata key it lacks.
-            crate::session::check_architecture(&file)?;
+            crate::session::check_architecture(file.as_ref())?;
             return Err(e);
         }
     };
@@ -100,8 +137,14 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
     let rope_scaling = c.rope_scaling.as_ref().map_or("none".to_string(), |s| format!("{s:?}"));
     let rows = [
         ("model", r.name.clone().unwrap_or_else(|| "(unnamed)".into())),
-        ("file", format!("{} ({}, GGUF v{})", r.path, mb(r.file_bytes), r.gguf_version)),
-        ("architecture", format!("{} ({})", r.gguf_architecture, c.architecture)),
+        ("file", format!("{} ({}, {})", r.path, mb(r.file_bytes), r.format)),
+        (
+            "architecture",
+            match &r.gguf_architecture {
+                Some(g) => format!("{g} ({})", c.architecture),
+                None => c.architecture.clone(),
+            },
+        ),
         ("parameters", format!("{:.1} M", r.num_params as f64 / 1e6)),
         ("layers", c.num_hidden_layers.to_string()),
         ("hidden size", c.hidden_size.to_string()),
@@ -113,7 +156,7 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
         ("context length", c.max_position_embeddings.to_string()),
         ("rope", format!("theta {}, {} dims, scaling {rope_scaling}", c.rope_theta, c.rope_dim)),
         ("rms norm eps", format!("{:e}", c.rms_norm_eps as f32)),
-        ("output head", if c.tie_word_embeddings { "tied to token_embd".into() } else { "separate".into() }),
+        ("output head", if c.tie_word_embeddings { "tied to the token embeddings".into() } else { "separate".into() }),
         (
             "tokenizer",
             format!(

@@ -7,8 +7,8 @@ use crate::receipt;
 use crate::session::{ModelArgs, Session};
 use anyhow::{Context, Result, bail};
 use plumb_backend_ref::RefBackend;
-use plumb_checkpoint::GgufFile;
-use plumb_checkpoint::source::{NoProgress, sha256_file};
+use plumb_checkpoint::Checkpoint;
+use plumb_checkpoint::source::{NoProgress, sha256_file, sha256_model};
 use plumb_core::{Backend, ForwardBatch};
 use serde_json::json;
 use std::io::Write;
@@ -41,7 +41,7 @@ struct Reference {
 }
 
 impl Reference {
-    fn load(file: &GgufFile) -> Result<Self> {
+    fn load(file: &Checkpoint) -> Result<Self> {
         let backend = RefBackend::<f64>::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
         let model = plumb_models::load_model(file, &backend)?;
         Ok(Reference { backend, model })
@@ -88,7 +88,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     let vocab = s.engine.model().config().vocab_size;
     let bos = s.tokenizer.spec().bos_id.filter(|_| s.tokenizer.spec().add_bos);
     let first = args.chunk / 2;
-    let reference = if args.reference { Some(Reference::load(&GgufFile::open(&s.path)?)?) } else { None };
+    let reference = if args.reference { Some(Reference::load(&Checkpoint::open(&s.path)?)?) } else { None };
     let (mut total, mut count) = (0f64, 0usize);
     eprintln!(
         "perplexity over {} of {} tokens, scoring the second half of each",
@@ -128,7 +128,7 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
             "scored_tokens": count,
             "perplexity": ppl,
         });
-        let sha = sha256_file(&s.path, &NoProgress)?;
+        let sha = sha256_model(&s.path, &NoProgress)?;
         receipt::write(path, &receipt::envelope("perplexity", started, &s.path, &sha, figures))?;
         eprintln!("receipt written to {}", path.display());
     }

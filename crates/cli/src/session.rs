@@ -6,7 +6,7 @@ use crate::counts;
 use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_cuda::CudaBackend;
-use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::{Checkpoint, CheckpointRef};
 use plumb_core::FullBackend;
 use plumb_engine::Engine;
 use plumb_engine::load;
@@ -21,7 +21,8 @@ pub const BLOCK_SIZE: usize = 16;
 /// Options shared by every command that runs a model.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A .gguf path or a known model name (default: SmolLM2-135M-Instruct, pulled on first use).
+    /// A .gguf path, a Hugging Face model folder (config.json + safetensors), or a known model name
+    /// (default: SmolLM2-135M-Instruct, pulled on first use).
     #[arg(long, short = 'm')]
     pub model: Option<String>,
     /// Kernel threads (default: all cores).
@@ -105,7 +106,9 @@ pub trait OpenBackend: FullBackend + Sized + 'static {
 impl OpenBackend for CpuBackend {
     fn open(args: &ModelArgs) -> Result<Self> {
         if args.device != Device::Cpu {
-            anyhow::bail!("this command runs on the CPU only so far (--device cuda works with run, serve, check and bench)");
+            anyhow::bail!(
+                "this command runs on the CPU only so far (--device cuda works with run, serve, check and bench)"
+            );
         }
         warn_threads(args.threads);
         Ok(CpuBackend::new(args.threads))
@@ -166,9 +169,10 @@ impl<B: OpenBackend> Session<B> {
         lanes: &Lanes,
     ) -> Result<Self> {
         let start = Instant::now();
-        let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
-        check_architecture(&file).with_context(|| format!("loading {}", path.display()))?;
-        let tokenizer = load::tokenizer(&file)?;
+        let file = Checkpoint::open(path).with_context(|| format!("opening {}", path.display()))?;
+        check_architecture(file.as_ref()).with_context(|| format!("loading {}", path.display()))?;
+        let tokenizer =
+            load::checkpoint_tokenizer(file.as_ref()).with_context(|| format!("loading {}", path.display()))?;
         let template = load::chat_template(&tokenizer)?;
         let model = if gated {
             plumb_models::load_model(&file, &backend)
@@ -204,7 +208,20 @@ impl<B: OpenBackend> Session<B> {
 
 /// Refuses an architecture no family runs, naming it, before the tokenizer or hyper-parameters
 /// are read (an unsupported model's metadata keys are not expected to make sense to plumb).
-pub fn check_architecture(file: &GgufFile) -> Result<()> {
+pub fn check_architecture(checkpoint: CheckpointRef<'_>) -> Result<()> {
+    let file = match checkpoint {
+        CheckpointRef::Gguf(file) => file,
+        CheckpointRef::Hf(h) => {
+            let arch = &h.config.architecture;
+            if plumb_models::registry::family_of(arch).is_none() {
+                anyhow::bail!(
+                    "architecture `{arch}` is not supported (plumb runs: {})",
+                    plumb_models::registry::SUPPORTED
+                );
+            }
+            return Ok(());
+        }
+    };
     let arch = file.get_str("general.architecture")?;
     let hf = plumb_checkpoint::hparams::hf_architecture(arch).unwrap_or(arch);
     if plumb_models::registry::family_of(hf).is_none() {

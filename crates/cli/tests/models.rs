@@ -56,7 +56,7 @@ fn a_directory_or_a_hub_name_as_model_says_what_plumb_accepts() {
     for args in [&["run", "--model", dir, "hi"][..], &["inspect", dir]] {
         let out = plumb().args(args).output().unwrap();
         let err = text(&out.stderr);
-        assert!(err.contains("is a directory; plumb reads one .gguf file"), "{err}");
+        assert!(err.contains("is a directory without a config.json"), "{err}");
         assert!(err.contains("this one holds: SmolLM2-135M-Instruct.Q4_1.gguf"), "{err}");
         assert!(!err.contains("os error"), "{err}");
     }

@@ -85,6 +85,9 @@ pub trait LinearOps: Backend {
 pub trait ElementwiseOps: Backend {
     /// out[n, :] = x[n, :] / sqrt(mean(x[n, :]²) + eps) · weight. weight: [1, cols].
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32, out: &mut Self::Tensor);
+    /// RMSNorm of every `head_dim`-long slice of each row (Qwen3's per-head QK norm), where
+    /// `head_dim = weight.cols()`. x, out: [num_rows, num_heads · head_dim]; weight: [1, head_dim].
+    fn rms_norm_heads(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32, out: &mut Self::Tensor);
     /// acc += x.
     fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor);
     /// x[n, :] += bias for every row n. bias: [1, cols].
@@ -100,6 +103,9 @@ pub trait RopeOps: Backend {
     /// Rotates adjacent pairs (x[2i], x[2i+1]) of each head's first `2 · inv_freq.len()` dims
     /// (the layout of GGUF Llama-family checkpoints). x: [num_rows, num_heads · head_dim].
     fn rope(&self, x: &mut Self::Tensor, table: &Self::Tensor, num_heads: usize, head_dim: usize);
+    /// Rotates pairs (x[i], x[i + r/2]) of each head's first r = `2 · inv_freq.len()` dims: the
+    /// "rotate-half" layout Hugging Face checkpoints store. x: [num_rows, num_heads · head_dim].
+    fn rope_rotate_half(&self, x: &mut Self::Tensor, table: &Self::Tensor, num_heads: usize, head_dim: usize);
 }
 
 /// Paged attention.
@@ -129,17 +135,19 @@ pub trait AttentionOps: Backend {
 
 /// Every op of the traits above. The conformance suite must have a case for each (a test checks),
 /// so adding an op here without a case fails the build's tests.
-pub const OPS: [&str; 12] = [
+pub const OPS: [&str; 14] = [
     "linear",
     "linear_multi",
     "embed",
     "gather_rows",
     "rms_norm",
+    "rms_norm_heads",
     "add",
     "add_bias",
     "silu_mul",
     "rope_table",
     "rope",
+    "rope_rotate_half",
     "write_kv",
     "attention",
 ];

@@ -1,7 +1,8 @@
 //! What a checkpoint's metadata says beyond weights: the tokenizer spec (the one place that reads
-//! `tokenizer.ggml.*`) and the chat template. Shared by the CLI and the server.
+//! `tokenizer.ggml.*`, or a Hugging Face folder's tokenizer and generation files) and the chat
+//! template. Shared by the CLI and the server.
 
-use plumb_checkpoint::{CheckpointError, GgufFile, MetaValue};
+use plumb_checkpoint::{CheckpointError, CheckpointRef, GgufFile, HfCheckpoint, MetaValue};
 use plumb_tokenizer::{ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
 
 /// Why a checkpoint's tokenizer could not be built.
@@ -13,6 +14,10 @@ pub enum LoadError {
     Tokenizer(#[from] TokenizerError),
     #[error("metadata key `{key}` holds {what}")]
     BadArray { key: &'static str, what: &'static str },
+    #[error("{dir} has no tokenizer.json; plumb reads Hugging Face tokenizers from that file")]
+    NoTokenizerJson { dir: String },
+    #[error("{file}: `{key}` {why}")]
+    BadGenerationConfig { file: String, key: &'static str, why: String },
 }
 
 fn opt_id(file: &GgufFile, key: &str) -> Result<Option<u32>, LoadError> {
@@ -74,6 +79,52 @@ pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, LoadError> {
 /// The tokenizer of a GGUF file.
 pub fn tokenizer(file: &GgufFile) -> Result<Tokenizer, LoadError> {
     Ok(Tokenizer::new(tokenizer_spec(file)?)?)
+}
+
+/// The tokenizer of a Hugging Face folder: `tokenizer.json`, `tokenizer_config.json` and
+/// `chat_template.jinja` (which wins over the config's template, as in transformers), with the
+/// end-of-generation ids of `generation_config.json` added to the stop ids.
+pub fn hf_tokenizer_spec(ckpt: &HfCheckpoint) -> Result<TokenizerSpec, LoadError> {
+    let json = ckpt
+        .read_optional("tokenizer.json")?
+        .ok_or_else(|| LoadError::NoTokenizerJson { dir: ckpt.dir().display().to_string() })?;
+    let config = ckpt.read_optional("tokenizer_config.json")?;
+    let template = ckpt.read_optional("chat_template.jinja")?;
+    let mut spec = TokenizerSpec::from_hf_files(&json, config.as_deref(), template.as_deref())?;
+    let extra = match ckpt.read_optional("generation_config.json")? {
+        Some(text) => generation_eos_ids(&text, &ckpt.dir().join("generation_config.json"))?,
+        None => Vec::new(),
+    };
+    spec.derive_eog(&extra);
+    Ok(spec)
+}
+
+/// `eos_token_id` of a `generation_config.json`: one id or a list.
+fn generation_eos_ids(text: &str, path: &std::path::Path) -> Result<Vec<u32>, LoadError> {
+    let bad =
+        |why: String| LoadError::BadGenerationConfig { file: path.display().to_string(), key: "eos_token_id", why };
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LoadError::BadGenerationConfig {
+        file: path.display().to_string(),
+        key: "(file)",
+        why: format!("is not JSON: {e}"),
+    })?;
+    let id = |x: &serde_json::Value| x.as_u64().and_then(|i| u32::try_from(i).ok());
+    match v.get("eos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(serde_json::Value::Array(list)) => {
+            list.iter().map(|x| id(x).ok_or_else(|| bad(format!("holds {x}, not a token id")))).collect()
+        }
+        Some(x) => id(x).map(|i| vec![i]).ok_or_else(|| bad(format!("is {x}, not a token id"))),
+    }
+}
+
+/// The tokenizer of any checkpoint.
+pub fn checkpoint_tokenizer(ckpt: CheckpointRef<'_>) -> Result<Tokenizer, LoadError> {
+    let spec = match ckpt {
+        CheckpointRef::Gguf(f) => tokenizer_spec(f)?,
+        CheckpointRef::Hf(h) => hf_tokenizer_spec(h)?,
+    };
+    Ok(Tokenizer::new(spec)?)
 }
 
 /// The chat template of a tokenizer, if its model has one.

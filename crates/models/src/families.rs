@@ -1,3 +1,4 @@
 //! One file per model family.
 
 pub mod llama;
+pub mod qwen3;

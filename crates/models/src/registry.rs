@@ -1,9 +1,9 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::llama::Llama;
+use crate::families::{llama::Llama, qwen3::Qwen3};
 use crate::layers::loader::WeightLoader;
-use plumb_checkpoint::{CheckpointError, GgufFile, ModelConfig};
+use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend};
 
 /// Why a model could not be loaded.
@@ -52,12 +52,13 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 }
 
 /// Hugging Face architectures with a family.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
     match architecture {
         "LlamaForCausalLM" | "MistralForCausalLM" => Some("llama"),
+        "Qwen3ForCausalLM" => Some("qwen3"),
         _ => None,
     }
 }
@@ -78,29 +79,35 @@ pub fn check_gate(family: &str, backend_kind: &str, experimental: &str, model: &
     Err(ModelError::GateNotPassed { family: family.into(), backend: backend_kind.into(), model: model.into() })
 }
 
-/// Loads the model in `file` onto `backend`, refusing (before any weight is read) a family that
-/// has not passed its gate there unless `PLUMB_EXPERIMENTAL` names it.
-pub fn load_model<B: FullBackend + 'static>(file: &GgufFile, backend: &B) -> Result<Box<dyn CausalLm<B>>, ModelError> {
+/// Loads the model in `checkpoint` (a GGUF file or a Hugging Face folder) onto `backend`,
+/// refusing (before any weight is read) a family that has not passed its gate there unless
+/// `PLUMB_EXPERIMENTAL` names it.
+pub fn load_model<'a, B: FullBackend + 'static>(
+    checkpoint: impl Into<CheckpointRef<'a>>,
+    backend: &B,
+) -> Result<Box<dyn CausalLm<B>>, ModelError> {
     let experimental = std::env::var("PLUMB_EXPERIMENTAL").unwrap_or_default();
-    load_model_with(file, backend, Some(&experimental))
+    load_model_with(checkpoint, backend, Some(&experimental))
 }
 
 /// [`load_model`] with the opt-in list given explicitly; `None` skips the gate check (used by
 /// the gate itself, which must run ungated families).
-pub fn load_model_with<B: FullBackend + 'static>(
-    file: &GgufFile,
+pub fn load_model_with<'a, B: FullBackend + 'static>(
+    checkpoint: impl Into<CheckpointRef<'a>>,
     backend: &B,
     experimental: Option<&str>,
 ) -> Result<Box<dyn CausalLm<B>>, ModelError> {
-    let config = ModelConfig::from_gguf(file)?;
+    let checkpoint = checkpoint.into();
+    let config = checkpoint.config()?;
     let family = family_of(&config.architecture)
         .ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
     if let Some(experimental) = experimental {
-        check_gate(family, backend.kind(), experimental, &file.path().display().to_string())?;
+        check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
-    let loader = WeightLoader::new(file, backend);
+    let loader = WeightLoader::new(checkpoint, backend);
     match family {
         "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
+        "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

@@ -1,12 +1,13 @@
 //! plumb-tokenizer: text ↔ token ids, and chat templates.
-//! It is built from a plain [`TokenizerSpec`] (what GGUF metadata or a `tokenizer.json` says), so
-//! it depends on no file format. Invariant: ids equal Hugging Face's for the same vocabulary, and
+//! It is built from a plain [`TokenizerSpec`] (what GGUF metadata or a `tokenizer.json` says,
+//! `hf_json.rs`), so it depends on no file format. Invariant: ids equal Hugging Face's for the same vocabulary, and
 //! decoding is byte-exact (streaming never emits a partial UTF-8 character).
 #![forbid(unsafe_code)]
 
 mod bpe;
 pub mod chat;
 mod decode;
+mod hf_json;
 mod pretokenize;
 mod spec;
 mod special;
@@ -43,6 +44,8 @@ pub enum TokenizerError {
     BadSpecialId { what: &'static str, id: u32, vocab_size: usize },
     #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
     UnknownId { id: u32, vocab_size: usize },
+    #[error("{file} {why}")]
+    BadHfFile { file: &'static str, why: String },
     #[error("chat template error: {0}")]
     Template(String),
 }

@@ -12,6 +12,9 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 const QWEN2: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Each pattern with the name plumb gives it, to recognize a `tokenizer.json` `Split` pre-tokenizer.
+pub(crate) const NAMED_PATTERNS: [(&str, &str); 3] = [("gpt2", GPT2), ("llama3", LLAMA3), ("qwen2", QWEN2)];
+
 /// The `tokenizer.ggml.pre` names plumb supports.
 pub const SUPPORTED: &str = "default, gpt2, smollm, llama-bpe, llama3, qwen2";
 

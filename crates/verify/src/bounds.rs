@@ -59,6 +59,12 @@ pub const BOUNDS: &[Bound] = &[
         reason: "sum of squares ((k/16+4)u relative, halved by the sqrt), a divide, two multiplies: ≈ 6u for k ≤ 2048",
     },
     Bound {
+        op: "rms_norm_heads",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "rms_norm's arithmetic over each head_dim-long slice (k ≤ 256): ≈ 6u",
+    },
+    Bound {
         op: "add",
         metric: Metric::Nrms,
         bound: 6e-8,
@@ -83,6 +89,12 @@ pub const BOUNDS: &[Bound] = &[
         reason: "angles and cos/sin in float64, one rounding to float32",
     },
     Bound { op: "rope", metric: Metric::Nrms, bound: 2e-7, reason: "two products and a sum per element: ≤ 3u" },
+    Bound {
+        op: "rope_rotate_half",
+        metric: Metric::Nrms,
+        bound: 2e-7,
+        reason: "as rope, over pairs (i, i + r/2): two products and a sum per element: ≤ 3u",
+    },
     Bound {
         op: "write_kv",
         metric: Metric::Exact,

@@ -185,6 +185,19 @@ fn elementwise_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut V
         p.r.rms_norm(&p.r.upload(&x, rows, cols), &wr, 1e-5, &mut want);
         out.push(nrms_case(p, "rms_norm", format!("{rows}x{cols} {spread:?}"), &got, &want));
     }
+    for (rows, heads, d, spread) in [(1, 8, 128, Spread::Normal), (11, 6, 64, Spread::DynamicRange)] {
+        let cols = heads * d;
+        let x = activations(rng, rows, cols, spread);
+        let wv: Vec<f32> = (0..d).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+        let wbytes = HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect());
+        let src = WeightSource { name: "q_norm".into(), ty: GgmlType::F32, rows: 1, cols: d, bytes: wbytes };
+        let (w, wr) = (p.b.load_weight(src.clone()).unwrap(), p.r.load_weight(src).unwrap());
+        let mut got = p.poisoned(rows, cols);
+        p.b.rms_norm_heads(&p.b.upload(&x, rows, cols), &w, 1e-6, &mut got);
+        let mut want = p.r.tensor(rows, cols);
+        p.r.rms_norm_heads(&p.r.upload(&x, rows, cols), &wr, 1e-6, &mut want);
+        out.push(nrms_case(p, "rms_norm_heads", format!("{rows}x{heads}x{d} {spread:?}"), &got, &want));
+    }
     let a = activations(rng, 6, 100, Spread::DynamicRange);
     let b: Vec<f32> = a.iter().map(|&v| -v * (1.0 + 1e-4 * rng.normal() as f32)).collect();
     let mut got = p.b.upload(&a, 6, 100);
@@ -228,6 +241,19 @@ fn rope_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Case
     let mut want = p.r.upload(&x, positions.len(), heads * d);
     p.r.rope(&mut want, &table_ref, heads, d);
     out.push(nrms_case(p, "rope", "3 heads x 64".into(), &got, &want));
+    let mut got = p.b.upload(&x, positions.len(), heads * d);
+    p.b.rope_rotate_half(&mut got, &table, heads, d);
+    let mut want = p.r.upload(&x, positions.len(), heads * d);
+    p.r.rope_rotate_half(&mut want, &table_ref, heads, d);
+    out.push(nrms_case(p, "rope_rotate_half", "3 heads x 64".into(), &got, &want));
+    // Partial rotary (r = 32 of head_dim 64): pairs (i, i + 16), the other 32 dims pass through.
+    let partial_ref = p.r.rope_table(&positions, &inv_freq[..16]);
+    let partial = p.b.rope_table(&positions, &inv_freq[..16]);
+    let mut got = p.b.upload(&x, positions.len(), heads * d);
+    p.b.rope_rotate_half(&mut got, &partial, heads, d);
+    let mut want = p.r.upload(&x, positions.len(), heads * d);
+    p.r.rope_rotate_half(&mut want, &partial_ref, heads, d);
+    out.push(nrms_case(p, "rope_rotate_half", "3 heads x 64, rotary 32".into(), &got, &want));
 }
 
 fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {

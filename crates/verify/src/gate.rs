@@ -15,7 +15,7 @@ mod runner;
 pub use runner::{NonFinite, argmax, first_non_finite, top2_gap};
 
 use plumb_backend_ref::RefBackend;
-use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::CheckpointRef;
 use plumb_core::FullBackend;
 use plumb_models::ModelError;
 use runner::Runner;
@@ -86,14 +86,16 @@ fn lane_chunk(lane: usize, step: usize) -> usize {
     [5, 64, 1, 17, 3][(lane + step) % 5]
 }
 
-/// Runs the gate for the model in `file` on `backend`; `ref_threads` parallelizes the reference.
-pub fn run_gate<B: FullBackend + 'static>(
-    file: &GgufFile,
+/// Runs the gate for the model in `file` (a GGUF file or a Hugging Face folder) on `backend`;
+/// `ref_threads` parallelizes the reference.
+pub fn run_gate<'c, B: FullBackend + 'static>(
+    file: impl Into<CheckpointRef<'c>>,
     backend: &B,
     controls: &[Control],
     bound: GateBound,
     ref_threads: usize,
 ) -> Result<GateReport, ModelError> {
+    let file = file.into();
     let max_len = controls.iter().map(|c| c.prompt.len() + c.gen_len).max().unwrap_or(1);
     let f64_backend = RefBackend::<f64>::new(ref_threads);
     let f32_backend = RefBackend::<f32>::new(ref_threads);

@@ -5,7 +5,7 @@
 
 use crate::gate::{argmax, first_non_finite};
 use plumb_backend_ref::RefBackend;
-use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::CheckpointRef;
 use plumb_core::{ForwardBatch, FullBackend};
 use plumb_models::ModelError;
 use serde_json::Value;
@@ -117,7 +117,11 @@ pub struct OutsideReport {
 pub const REFERENCE_BOUND: f64 = 1e-12;
 
 /// Teacher-forced logits of `tokens` ([len, vocab] in float64) on `backend`, in chunks of 256.
-fn logits_of<B: FullBackend + 'static>(file: &GgufFile, backend: &B, tokens: &[u32]) -> Result<Vec<f64>, ModelError> {
+fn logits_of<B: FullBackend + 'static>(
+    file: CheckpointRef<'_>,
+    backend: &B,
+    tokens: &[u32],
+) -> Result<Vec<f64>, ModelError> {
     let model = plumb_models::load_model_with(file, backend, None)?;
     let num_blocks = tokens.len().div_ceil(16);
     let mut kv = backend.new_kv_cache(&model.kv_spec(16, num_blocks));
@@ -131,13 +135,14 @@ fn logits_of<B: FullBackend + 'static>(file: &GgufFile, backend: &B, tokens: &[u
 }
 
 /// Compares plumb's float64 graph and `backend` with the fixture, on its first `max_prompts` prompts.
-pub fn compare<B: FullBackend + 'static>(
-    file: &GgufFile,
+pub fn compare<'c, B: FullBackend + 'static>(
+    file: impl Into<CheckpointRef<'c>>,
     backend: &B,
     fixture: &OutsideFixture,
     max_prompts: usize,
     ref_threads: usize,
 ) -> Result<OutsideReport, ModelError> {
+    let file = file.into();
     let reference = RefBackend::<f64>::new(ref_threads);
     let subset = &fixture.subset_ids;
     let mut prompts = Vec::new();

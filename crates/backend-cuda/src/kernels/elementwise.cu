@@ -64,6 +64,22 @@ extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__
     h[2 * i + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// Rotate-half RoPE (the Hugging Face layout): pairs (x[i], x[i + half]) of each head.
+extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* __restrict__ table, int num_rows,
+                                            int cols, int half, int num_heads, int head_dim) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)num_rows * num_heads * half) return;
+    int i = (int)(t % half);
+    int head = (int)((t / half) % num_heads);
+    int row = (int)(t / ((u64)half * num_heads));
+    float c = table[(u64)row * 2 * half + i];
+    float s = table[(u64)row * 2 * half + half + i];
+    float* h = x + (u64)row * cols + (u64)head * head_dim;
+    float x0 = h[i], x1 = h[i + half];
+    h[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    h[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // out[i, :] = x[rows[i], :]. One block per output row.
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
                                        float* __restrict__ out, int cols) {

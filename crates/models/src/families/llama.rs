@@ -12,11 +12,11 @@ use plumb_core::{Backend, ForwardBatch, FullBackend};
 /// Llama-3 RoPE scaling as GGUF carries it: per-frequency divisors.
 const ROPE_FREQS: &str = "model.rope_freqs.weight";
 
-/// GGUF tensors a Llama checkpoint may hold that the graph rightly does not read.
+/// Tensors a Llama checkpoint may hold that the graph rightly does not read.
 const IGNORED: &[&str] = &[
-    // Old converters stored RoPE's inverse frequencies; they follow from rope_theta and
-    // rope_dim, which the graph uses (llama.cpp ignores them too).
-    "blk.*.attn_rot_embd",
+    // Old checkpoints (and GGUF `attn_rot_embd`) stored RoPE's inverse frequencies; they follow
+    // from rope_theta and rope_dim, which the graph uses (llama.cpp ignores them too).
+    "model.layers.*.self_attn.rotary_emb.inv_freq",
 ];
 
 #[derive(Debug)]

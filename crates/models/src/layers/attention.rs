@@ -1,11 +1,12 @@
 //! Grouped-query self-attention over the paged KV cache: project, rotate, store K/V, attend,
-//! project out, with the projections' biases where a checkpoint has them (Qwen2-style Llamas).
+//! project out, with the projections' biases where a checkpoint has them (Qwen2-style Llamas),
+//! optional per-head QK RMSNorm before RoPE (Qwen3), and RoPE in the checkpoint's pair layout.
 //! The backend owns the cache layout; this layer never sees a block.
 
 use crate::Trace;
 use crate::layers::loader::WeightLoader;
 use crate::registry::ModelError;
-use plumb_checkpoint::ModelConfig;
+use plumb_checkpoint::{ModelConfig, RopeLayout};
 use plumb_core::{Backend, ForwardBatch, FullBackend, Shape};
 
 #[derive(Debug)]
@@ -16,6 +17,10 @@ pub struct Attention<B: Backend> {
     o_proj: B::Weight,
     /// Biases of q, k, v and o, each present or not as the checkpoint has it.
     biases: [Option<B::Weight>; 4],
+    /// Per-head RMSNorm weights of q and k ([1, head_dim] each), applied before RoPE.
+    qk_norm: Option<(B::Weight, B::Weight)>,
+    rope_layout: RopeLayout,
+    rms_norm_eps: f32,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -37,10 +42,23 @@ impl<B: FullBackend> Attention<B> {
             k_proj: w.load_shaped(&format!("{prefix}.k_proj.weight"), kvh * d, c.hidden_size)?,
             v_proj: w.load_shaped(&format!("{prefix}.v_proj.weight"), kvh * d, c.hidden_size)?,
             o_proj: w.load_shaped(&format!("{prefix}.o_proj.weight"), c.hidden_size, h * d)?,
+            qk_norm: None,
+            rope_layout: c.rope_layout,
+            rms_norm_eps: c.rms_norm_eps as f32,
             num_heads: h,
             num_kv_heads: kvh,
             head_dim: d,
         })
+    }
+
+    /// Adds the per-head `q_norm` / `k_norm` RMSNorm before RoPE (Qwen3 and later families).
+    pub fn with_qk_norm(mut self, w: &WeightLoader<'_, B>, prefix: &str) -> Result<Self, ModelError> {
+        let d = self.head_dim;
+        self.qk_norm = Some((
+            w.load_shaped(&format!("{prefix}.q_norm.weight"), 1, d)?,
+            w.load_shaped(&format!("{prefix}.k_norm.weight"), 1, d)?,
+        ));
+        Ok(self)
     }
 
     /// x: [num_rows, hidden] (normed) → [num_rows, hidden]. `rope` is the step's cos/sin table.
@@ -66,8 +84,26 @@ impl<B: FullBackend> Attention<B> {
                 b.add_bias(t, bias);
             }
         }
-        b.rope(&mut q, rope, h, d);
-        b.rope(&mut k, rope, kvh, d);
+        if let Some((q_norm, k_norm)) = &self.qk_norm {
+            let (mut q_normed, mut k_normed) = (b.tensor(n, h * d), b.tensor(n, kvh * d));
+            b.rms_norm_heads(&q, q_norm, self.rms_norm_eps, &mut q_normed);
+            b.rms_norm_heads(&k, k_norm, self.rms_norm_eps, &mut k_normed);
+            (q, k) = (q_normed, k_normed);
+            if let Some(t) = trace {
+                t("q_norm", Some(layer), &q);
+                t("k_norm", Some(layer), &k);
+            }
+        }
+        match self.rope_layout {
+            RopeLayout::AdjacentPairs => {
+                b.rope(&mut q, rope, h, d);
+                b.rope(&mut k, rope, kvh, d);
+            }
+            RopeLayout::RotateHalf => {
+                b.rope_rotate_half(&mut q, rope, h, d);
+                b.rope_rotate_half(&mut k, rope, kvh, d);
+            }
+        }
         if let Some(t) = trace {
             t("q_rope", Some(layer), &q);
             t("k_rope", Some(layer), &k);

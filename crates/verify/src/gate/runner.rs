@@ -2,7 +2,7 @@
 //! or with several lanes joining and leaving mid-stream in one batch. Each lane owns a fixed range
 //! of blocks, so lanes never share KV and a lane's logits can be compared with its solo run.
 
-use plumb_checkpoint::GgufFile;
+use plumb_checkpoint::CheckpointRef;
 use plumb_core::{ForwardBatch, FullBackend, LaneView};
 use plumb_models::{CausalLm, ModelError};
 
@@ -27,7 +27,7 @@ pub struct Runner<'a, B: FullBackend> {
 
 impl<'a, B: FullBackend + 'static> Runner<'a, B> {
     /// Room for `num_lanes` lanes of up to `max_len` positions each.
-    pub fn new(file: &GgufFile, backend: &'a B, max_len: usize, num_lanes: usize) -> Result<Self, ModelError> {
+    pub fn new(file: CheckpointRef<'_>, backend: &'a B, max_len: usize, num_lanes: usize) -> Result<Self, ModelError> {
         let model = plumb_models::load_model_with(file, backend, None)?;
         let block_size = 16;
         let blocks_per_lane = max_len.div_ceil(block_size);

@@ -117,6 +117,9 @@ impl ElementwiseOps for Faulty {
     fn rms_norm(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32, out: &mut CpuTensor) {
         self.inner.rms_norm(x, weight, eps, out)
     }
+    fn rms_norm_heads(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32, out: &mut CpuTensor) {
+        self.inner.rms_norm_heads(x, weight, eps, out)
+    }
     fn add(&self, acc: &mut CpuTensor, x: &CpuTensor) {
         self.inner.add(acc, x)
     }
@@ -146,6 +149,9 @@ impl RopeOps for Faulty {
     }
     fn rope(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
         self.inner.rope(x, table, num_heads, head_dim)
+    }
+    fn rope_rotate_half(&self, x: &mut CpuTensor, table: &CpuTensor, num_heads: usize, head_dim: usize) {
+        self.inner.rope_rotate_half(x, table, num_heads, head_dim)
     }
 }
 

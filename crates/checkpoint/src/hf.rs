@@ -1,0 +1,179 @@
+//! Hugging Face model folders (`config.json` + safetensors) and the one view over any checkpoint
+//! that model loading reads: weights by Hugging Face name, whatever the file format.
+//! Owns: opening a folder, the dtype and shape translation of safetensors tensors. Does not own:
+//! the tokenizer files (plumb-tokenizer reads them) or what a family does with the weights.
+//! Invariant: a `CheckpointRef` names every tensor in Hugging Face terms; GGUF names are
+//! translated through `tensor_names` and nowhere else.
+
+use crate::error::CheckpointError;
+use crate::gguf::GgufFile;
+use crate::hparams::ModelConfig;
+use crate::safetensors::SafetensorsModel;
+use crate::tensor_names;
+use plumb_core::{GgmlType, HostBytes};
+use std::path::{Path, PathBuf};
+
+/// A Hugging Face model folder: its parsed `config.json` and its safetensors weights.
+#[derive(Debug)]
+pub struct HfCheckpoint {
+    dir: PathBuf,
+    pub config: ModelConfig,
+    pub weights: SafetensorsModel,
+}
+
+impl HfCheckpoint {
+    /// Reads and validates `dir/config.json`, then maps and validates the safetensors weights.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let dir = dir.as_ref().to_path_buf();
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(|e| CheckpointError::io(&config_path, e))?;
+        let config = ModelConfig::from_hf_json(&text).map_err(|e| match e {
+            CheckpointError::BadConfig { key, why, .. } => {
+                CheckpointError::BadConfig { file: config_path.display().to_string(), key, why }
+            }
+            other => other,
+        })?;
+        let weights = SafetensorsModel::open(&dir)?;
+        Ok(HfCheckpoint { dir, config, weights })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The text of `name` in the folder, if present (tokenizer and generation files).
+    pub fn read_optional(&self, name: &str) -> Result<Option<String>, CheckpointError> {
+        read_optional(&self.dir.join(name))
+    }
+}
+
+/// The text of the file at `path`, or `None` when it does not exist.
+pub fn read_optional(path: &Path) -> Result<Option<String>, CheckpointError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(CheckpointError::io(path, e)),
+    }
+}
+
+/// Whether `path` is a Hugging Face model folder (a directory holding `config.json`).
+pub fn is_hf_dir(path: &Path) -> bool {
+    path.is_dir() && path.join("config.json").is_file()
+}
+
+/// An open checkpoint of either format.
+#[derive(Debug)]
+pub enum Checkpoint {
+    Gguf(GgufFile),
+    Hf(HfCheckpoint),
+}
+
+impl Checkpoint {
+    /// A Hugging Face folder when `path` is one, else a GGUF file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let path = path.as_ref();
+        if is_hf_dir(path) {
+            HfCheckpoint::open(path).map(Checkpoint::Hf)
+        } else {
+            GgufFile::open(path).map(Checkpoint::Gguf)
+        }
+    }
+
+    pub fn as_ref(&self) -> CheckpointRef<'_> {
+        match self {
+            Checkpoint::Gguf(f) => CheckpointRef::Gguf(f),
+            Checkpoint::Hf(h) => CheckpointRef::Hf(h),
+        }
+    }
+}
+
+/// A borrowed checkpoint of either format: what model loading reads.
+#[derive(Clone, Copy, Debug)]
+pub enum CheckpointRef<'a> {
+    Gguf(&'a GgufFile),
+    Hf(&'a HfCheckpoint),
+}
+
+impl<'a> From<&'a GgufFile> for CheckpointRef<'a> {
+    fn from(f: &'a GgufFile) -> Self {
+        CheckpointRef::Gguf(f)
+    }
+}
+
+impl<'a> From<&'a HfCheckpoint> for CheckpointRef<'a> {
+    fn from(h: &'a HfCheckpoint) -> Self {
+        CheckpointRef::Hf(h)
+    }
+}
+
+impl<'a> From<&'a Checkpoint> for CheckpointRef<'a> {
+    fn from(c: &'a Checkpoint) -> Self {
+        c.as_ref()
+    }
+}
+
+/// One weight as a [rows, cols] matrix (a vector is one row; outer dimensions fold into rows).
+#[derive(Clone, Debug)]
+pub struct WeightView<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// The stored bytes, shareable without a copy.
+    pub bytes: HostBytes,
+    pub data: &'a [u8],
+}
+
+impl<'a> CheckpointRef<'a> {
+    /// The hyper-parameters: GGUF metadata or the folder's `config.json`.
+    pub fn config(&self) -> Result<ModelConfig, CheckpointError> {
+        match self {
+            CheckpointRef::Gguf(f) => ModelConfig::from_gguf(f),
+            CheckpointRef::Hf(h) => Ok(h.config.clone()),
+        }
+    }
+
+    /// The file or folder it was opened from.
+    pub fn path(&self) -> &'a Path {
+        match self {
+            CheckpointRef::Gguf(f) => f.path(),
+            CheckpointRef::Hf(h) => h.dir(),
+        }
+    }
+
+    /// Every tensor's Hugging Face name (a GGUF name the table does not know stays as it is).
+    pub fn weight_names(&self) -> Vec<String> {
+        match self {
+            CheckpointRef::Gguf(f) => {
+                f.tensors.iter().map(|t| tensor_names::gguf_to_hf(&t.name).unwrap_or_else(|| t.name.clone())).collect()
+            }
+            CheckpointRef::Hf(h) => h.weights.names().into_iter().map(String::from).collect(),
+        }
+    }
+
+    /// Weight `hf_name`, `None` when absent; an error when its element type is not one plumb computes with.
+    pub fn weight(&self, hf_name: &str) -> Result<Option<WeightView<'a>>, CheckpointError> {
+        match *self {
+            CheckpointRef::Gguf(f) => {
+                let Some(info) = tensor_names::hf_to_gguf(hf_name).and_then(|g| f.tensor(&g)) else { return Ok(None) };
+                let cols = info.dims[0] as usize;
+                let rows = (info.num_elems() / info.dims[0].max(1)) as usize;
+                let (bytes, data) = (f.tensor_host_bytes(info), f.tensor_data(info));
+                Ok(Some(WeightView { ty: info.ty, rows, cols, bytes, data }))
+            }
+            CheckpointRef::Hf(h) => {
+                let Some((file, info)) = h.weights.tensor(hf_name) else { return Ok(None) };
+                let ty = info.dtype.ggml().ok_or_else(|| CheckpointError::BadSafetensors {
+                    path: file.path().to_path_buf(),
+                    why: format!("tensor `{hf_name}` is {:?}; plumb loads F32, F16 and BF16 weights", info.dtype),
+                })?;
+                let (rows, cols) = match info.shape.as_slice() {
+                    [] => (1, 1),
+                    [n] => (1, *n),
+                    [outer @ .., last] => (outer.iter().product(), *last),
+                };
+                let (bytes, data) = (file.tensor_host_bytes(info), file.tensor_data(info));
+                Ok(Some(WeightView { ty, rows, cols, bytes, data }))
+            }
+        }
+    }
+}

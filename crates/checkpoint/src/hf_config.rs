@@ -1,0 +1,298 @@
+//! A Hugging Face `config.json` → `ModelConfig`, checked per family: every key must be one the
+//! family's config class defines (an unknown key is an error, not silently ignored), and keys that
+//! select behaviour plumb does not implement must hold the value plumb does implement.
+//! Invariant: a config that parses here describes exactly the graph the family file builds.
+
+use crate::error::CheckpointError;
+use crate::hparams::{ModelConfig, RopeLayout, RopeScaling};
+use serde_json::{Map, Value};
+
+/// Keys every Hugging Face decoder config may carry that do not change inference.
+const COMMON_KEYS: &[&str] = &[
+    "architectures",
+    "model_type",
+    "dtype",
+    "torch_dtype",
+    "transformers_version",
+    "_name_or_path",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "use_cache",
+    "initializer_range",
+    "attention_dropout",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "hidden_act",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "tie_word_embeddings",
+];
+
+/// (architecture, model_type, the family's own keys).
+const FAMILY_KEYS: &[(&str, &str, &[&str])] = &[
+    ("LlamaForCausalLM", "llama", &["attention_bias", "mlp_bias", "pretraining_tp"]),
+    ("MistralForCausalLM", "mistral", &["sliding_window"]),
+    (
+        "Qwen3ForCausalLM",
+        "qwen3",
+        &["attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"],
+    ),
+];
+
+fn bad(key: &str, why: impl Into<String>) -> CheckpointError {
+    CheckpointError::BadConfig { file: "config.json".into(), key: key.into(), why: why.into() }
+}
+
+/// Reads a present, non-null key with `f`, or says what it should have been.
+fn opt<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    what: &str,
+    f: impl Fn(&Value) -> Option<T>,
+) -> Result<Option<T>, CheckpointError> {
+    match m.get(key).filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => f(v).map(Some).ok_or_else(|| bad(key, format!("is {v}, expected {what}"))),
+    }
+}
+
+fn size(m: &Map<String, Value>, key: &str) -> Result<Option<usize>, CheckpointError> {
+    opt(m, key, "a non-negative integer", |v| v.as_u64().and_then(|x| usize::try_from(x).ok()))
+}
+
+fn req_size(m: &Map<String, Value>, key: &str) -> Result<usize, CheckpointError> {
+    size(m, key)?.ok_or_else(|| bad(key, "is missing"))
+}
+
+impl ModelConfig {
+    /// Reads a Hugging Face `config.json` (transformers 4.x `rope_theta`/`rope_scaling` or 5.x
+    /// `rope_parameters`). Weights of such checkpoints are stored in the rotate-half layout.
+    pub fn from_hf_json(text: &str) -> Result<Self, CheckpointError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| bad("(file)", format!("is not JSON: {e}")))?;
+        let Value::Object(m) = v else { return Err(bad("(file)", "is not a JSON object")) };
+        let archs = opt(&m, "architectures", "a list of strings", |v| {
+            v.as_array()?.iter().map(|a| a.as_str().map(String::from)).collect::<Option<Vec<_>>>()
+        })?
+        .ok_or_else(|| bad("architectures", "is missing"))?;
+        let [architecture] = archs.as_slice() else {
+            return Err(bad("architectures", format!("lists {archs:?}; plumb expects exactly one")));
+        };
+        let family = FAMILY_KEYS.iter().find(|(a, _, _)| a == architecture);
+        if let Some((_, model_type, own)) = family {
+            if let Some(t) = opt(&m, "model_type", "a string", |v| v.as_str().map(String::from))?
+                && t != *model_type
+            {
+                return Err(bad("model_type", format!("is `{t}`, which contradicts architecture {architecture}")));
+            }
+            if let Some(k) = m.keys().find(|k| !COMMON_KEYS.contains(&k.as_str()) && !own.contains(&k.as_str())) {
+                return Err(bad(k, format!("is not a {architecture} setting plumb knows; refusing to ignore it")));
+            }
+            check_family_values(&m, architecture)?;
+        }
+        if let Some(act) = opt(&m, "hidden_act", "a string", |v| v.as_str().map(String::from))?
+            && act != "silu"
+        {
+            return Err(bad("hidden_act", format!("is `{act}`; plumb's SwiGLU layer computes silu")));
+        }
+        let hidden_size = req_size(&m, "hidden_size")?;
+        let num_attention_heads = req_size(&m, "num_attention_heads")?;
+        let head_dim = size(&m, "head_dim")?.unwrap_or(hidden_size / num_attention_heads.max(1));
+        let (rope_theta, rope_scaling) = rope(&m)?;
+        let config = ModelConfig {
+            architecture: architecture.clone(),
+            hidden_size,
+            intermediate_size: req_size(&m, "intermediate_size")?,
+            num_hidden_layers: req_size(&m, "num_hidden_layers")?,
+            num_attention_heads,
+            num_key_value_heads: size(&m, "num_key_value_heads")?.unwrap_or(num_attention_heads),
+            head_dim,
+            vocab_size: req_size(&m, "vocab_size")?,
+            max_position_embeddings: req_size(&m, "max_position_embeddings")?,
+            rms_norm_eps: opt(&m, "rms_norm_eps", "a number", Value::as_f64)?.unwrap_or(1e-6),
+            rope_theta,
+            rope_dim: head_dim,
+            rope_scaling,
+            tie_word_embeddings: opt(&m, "tie_word_embeddings", "true or false", Value::as_bool)?.unwrap_or(false),
+            rope_layout: RopeLayout::RotateHalf,
+        };
+        config.validate().map_err(|why| bad("(hyper-parameters)", why))?;
+        Ok(config)
+    }
+}
+
+/// Values of family keys that select behaviour plumb does not implement.
+fn check_family_values(m: &Map<String, Value>, architecture: &str) -> Result<(), CheckpointError> {
+    if let Some(tp) = opt(m, "pretraining_tp", "an integer", Value::as_u64)?
+        && tp != 1
+    {
+        return Err(bad("pretraining_tp", format!("is {tp}; only 1 (no split projections) is supported")));
+    }
+    if architecture == "MistralForCausalLM"
+        && let Some(window) = size(m, "sliding_window")?
+        && window < req_size(m, "max_position_embeddings")?
+    {
+        return Err(bad("sliding_window", format!("is {window}; plumb's llama family attends over the whole context")));
+    }
+    if architecture == "Qwen3ForCausalLM" {
+        let sliding = opt(m, "use_sliding_window", "true or false", Value::as_bool)?.unwrap_or(false);
+        if sliding {
+            return Err(bad("use_sliding_window", "is true; plumb's qwen3 runs full attention in every layer"));
+        }
+        let layers = req_size(m, "num_hidden_layers")?;
+        let types = opt(m, "layer_types", "a list of strings", |v| {
+            v.as_array()?.iter().map(|t| t.as_str().map(String::from)).collect::<Option<Vec<_>>>()
+        })?;
+        if let Some(types) = types {
+            if types.len() != layers {
+                return Err(bad("layer_types", format!("has {} entries for {layers} layers", types.len())));
+            }
+            if let Some(t) = types.iter().find(|t| *t != "full_attention") {
+                return Err(bad("layer_types", format!("holds `{t}`, which contradicts use_sliding_window = false")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// (rope_theta, scaling) from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`;
+/// both present and disagreeing is a contradiction.
+fn rope(m: &Map<String, Value>) -> Result<(f64, Option<RopeScaling>), CheckpointError> {
+    let params = opt(m, "rope_parameters", "an object", |v| v.as_object().cloned())?;
+    let legacy_scaling = opt(m, "rope_scaling", "an object", |v| v.as_object().cloned())?;
+    let top_theta = opt(m, "rope_theta", "a number", Value::as_f64)?;
+    let (key, rp) = match (&params, &legacy_scaling) {
+        (Some(_), Some(_)) => return Err(bad("rope_scaling", "and rope_parameters are both set; keep one")),
+        (Some(p), None) => ("rope_parameters", p.clone()),
+        (None, Some(s)) => ("rope_scaling", s.clone()),
+        (None, None) => ("rope_parameters", Map::new()),
+    };
+    let theta = match (opt(&rp, "rope_theta", "a number", Value::as_f64)?, top_theta) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(bad("rope_theta", format!("is {b}, but {key}.rope_theta is {a}")));
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => 10_000.0,
+    };
+    let f = |k: &str| opt(&rp, k, "a number", Value::as_f64);
+    let kind = match opt(&rp, "rope_type", "a string", |v| v.as_str().map(String::from))? {
+        Some(k) => k,
+        None => opt(&rp, "type", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default(),
+    };
+    let orig = opt(&rp, "original_max_position_embeddings", "an integer", Value::as_u64)?.unwrap_or(0);
+    let scaling = match kind.as_str() {
+        "" | "default" => None,
+        "linear" => Some(RopeScaling::Linear { factor: f("factor")?.unwrap_or(1.0) }),
+        "yarn" => {
+            Some(RopeScaling::Yarn { factor: f("factor")?.unwrap_or(1.0), original_max_position_embeddings: orig })
+        }
+        "llama3" => Some(RopeScaling::Llama3 {
+            factor: f("factor")?.unwrap_or(1.0),
+            low_freq_factor: f("low_freq_factor")?.unwrap_or(1.0),
+            high_freq_factor: f("high_freq_factor")?.unwrap_or(4.0),
+            original_max_position_embeddings: orig,
+        }),
+        other => return Err(bad(&format!("{key}.rope_type"), format!("is `{other}`, which plumb does not implement"))),
+    };
+    Ok((theta, scaling))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QWEN3: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+        "head_dim":16,"vocab_size":384,"max_position_embeddings":512,"rms_norm_eps":1e-6,
+        "rope_parameters":{"rope_theta":1000000.0,"rope_type":"default"},"tie_word_embeddings":false,
+        "use_sliding_window":false,"sliding_window":null,"layer_types":["full_attention","full_attention"],
+        "hidden_act":"silu","attention_bias":false,"dtype":"float32","transformers_version":"5.24.0"}"#;
+
+    fn with(edit: impl FnOnce(&mut Map<String, Value>)) -> Result<ModelConfig, CheckpointError> {
+        let Value::Object(mut m) = serde_json::from_str(QWEN3).unwrap() else { unreachable!() };
+        edit(&mut m);
+        ModelConfig::from_hf_json(&Value::Object(m).to_string())
+    }
+
+    #[test]
+    fn reads_qwen3_with_rope_parameters() {
+        let c = with(|_| {}).unwrap();
+        assert_eq!((c.head_dim, c.rope_theta, c.rope_layout), (16, 1e6, RopeLayout::RotateHalf));
+        assert!(!c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn reads_transformers_4_rope_theta() {
+        let c = with(|m| {
+            m.remove("rope_parameters");
+            m.insert("rope_theta".into(), 5e5.into());
+        })
+        .unwrap();
+        assert_eq!(c.rope_theta, 5e5);
+    }
+
+    #[test]
+    fn refuses_unknown_and_contradictory_fields() {
+        type Edit = Box<dyn FnOnce(&mut Map<String, Value>)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (Box::new(|m| drop(m.insert("num_experts".into(), 8.into()))), "`num_experts` is not a Qwen3ForCausalLM"),
+            (Box::new(|m| drop(m.insert("model_type".into(), "llama".into()))), "contradicts architecture"),
+            (Box::new(|m| drop(m.insert("use_sliding_window".into(), true.into()))), "use_sliding_window"),
+            (
+                Box::new(|m| {
+                    drop(m.insert("layer_types".into(), serde_json::json!(["full_attention", "sliding_attention"])))
+                }),
+                "contradicts use_sliding_window",
+            ),
+            (
+                Box::new(|m| drop(m.insert("rope_theta".into(), 10000.0.into()))),
+                "rope_parameters.rope_theta is 1000000",
+            ),
+            (Box::new(|m| drop(m.insert("hidden_act".into(), "gelu".into()))), "hidden_act"),
+            (Box::new(|m| drop(m.insert("num_key_value_heads".into(), 3.into()))), "cannot be grouped"),
+            (Box::new(|m| drop(m.insert("hidden_size".into(), "64".into()))), "`hidden_size` is \"64\", expected"),
+            (Box::new(|m| drop(m.remove("vocab_size"))), "`vocab_size` is missing"),
+            (
+                Box::new(|m| drop(m.insert("rope_parameters".into(), serde_json::json!({"rope_type": "dynamic"})))),
+                "does not implement",
+            ),
+        ];
+        for (edit, want) in cases {
+            let err = with(edit).unwrap_err().to_string();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+        assert!(ModelConfig::from_hf_json("{not json").unwrap_err().to_string().contains("not JSON"));
+    }
+
+    #[test]
+    fn refuses_a_mistral_sliding_window_shorter_than_the_context() {
+        let text = r#"{"architectures":["MistralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":8192,
+            "sliding_window":4096}"#;
+        let err = ModelConfig::from_hf_json(text).unwrap_err().to_string();
+        assert!(err.contains("`sliding_window` is 4096"), "{err}");
+        assert!(ModelConfig::from_hf_json(&text.replace("4096", "null")).is_ok());
+    }
+
+    #[test]
+    fn reads_llama_config_json() {
+        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":576,"intermediate_size":1536,
+            "num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":3,"vocab_size":49152,
+            "max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":100000.0,"tie_word_embeddings":true,
+            "rope_scaling":null}"#;
+        let c = ModelConfig::from_hf_json(text).unwrap();
+        assert_eq!((c.head_dim, c.num_key_value_heads, c.rope_scaling), (64, 3, None));
+        assert!(c.tie_word_embeddings);
+    }
+}
