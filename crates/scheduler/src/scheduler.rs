@@ -114,8 +114,9 @@ impl Scheduler {
 
     /// `schedule`, where each decoding sequence may also verify drafts: `propose(seq, max)` gives
     /// up to `max` tokens guessed to follow `seq`'s tokens. `max` leaves a row of the budget for
-    /// every decode after this one and stops short of `max_tokens`; drafts take only free blocks
-    /// (they never preempt) and are dropped when those are short.
+    /// every decode after this one and stops short of `max_tokens`; drafts take only free blocks,
+    /// leaving one for each later decode, and are dropped when
+    /// those are short.
     pub fn schedule_with_drafts(&mut self, mut propose: impl FnMut(&Sequence, usize) -> Vec<u32>) -> StepPlan {
         let mut plan = StepPlan::default();
         let mut budget = self.config.max_batch_tokens;
@@ -142,7 +143,10 @@ impl Scheduler {
                         drafts = propose(seq, max);
                         drafts.truncate(max);
                         let seq = self.seqs.get_mut(&id).expect("running sequences are known");
-                        if !drafts.is_empty() && !self.blocks.grow(seq, end + drafts.len()) {
+                        // Each later decode may need one new block: drafts leave them that many.
+                        let spare = self.blocks.num_free().saturating_sub(num_decodes_left);
+                        let fits = self.blocks.num_needed(seq, end + drafts.len()) <= spare;
+                        if drafts.is_empty() || !fits || !self.blocks.grow(seq, end + drafts.len()) {
                             drafts.clear();
                         }
                     }
