@@ -215,7 +215,7 @@ impl<B: FullBackend> Engine<B> {
 
     /// Per sampling item, the tokens it keeps (its accepted drafts, then one sample), with the
     /// logprobs and logits rows the request asked for, one per kept token.
-    fn sample(&self, plan: &StepPlan, logits: &B::Tensor) -> (Vec<Vec<u32>>, Vec<(SeqId, Vec<output::Extras>)>) {
+    fn sample(&self, plan: &StepPlan, logits: &B::Tensor) -> (Vec<Vec<u32>>, Vec<output::ItemExtras>) {
         let host = self.backend.download(logits);
         let vocab = logits.cols();
         let mut rows = host.chunks_exact(vocab);

@@ -34,6 +34,9 @@ pub(crate) struct Extras {
     pub logits: Option<Vec<f32>>,
 }
 
+/// A sampling item's extras: its sequence, one entry per kept token.
+pub(crate) type ItemExtras = (SeqId, Vec<Extras>);
+
 /// log-softmax of `row` at `token`, with the `n` most likely tokens.
 pub(crate) fn logprobs(row: &[f32], token: u32, n: usize) -> TokenLogprobs {
     let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
@@ -61,7 +64,7 @@ pub(crate) fn logprobs(row: &[f32], token: u32, n: usize) -> TokenLogprobs {
 /// prefix of its kept tokens (a finishing token drops the rest), in item order.
 pub(crate) fn emit(
     updates: Vec<SeqUpdate>,
-    extras: Vec<(SeqId, Vec<Extras>)>,
+    extras: Vec<ItemExtras>,
     requests: &mut HashMap<SeqId, RequestState>,
 ) -> Vec<StepOutput> {
     let mut extras = extras.into_iter().map(|(id, e)| (id, e.into_iter()));
