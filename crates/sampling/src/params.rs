@@ -57,9 +57,7 @@ impl SamplingParams {
     /// Whether any penalty changes the logits.
     pub fn has_penalties(&self) -> bool {
         !self.logit_bias.is_empty()
-            || self.repetition_penalty != 1.0
-            || self.frequency_penalty != 0.0
-            || self.presence_penalty != 0.0
+            || self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 
     pub fn is_greedy(&self) -> bool {
