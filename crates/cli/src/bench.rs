@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// With --concurrency: draw throughput and latency against concurrency as SVG into this file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// With --draft: time drafted against undrafted decoding of this chat prompt, A/B back to back
+    /// (--gen-len tokens, greedy, --repetitions pairs), instead of the pp/tg tests.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
     /// With --plot: a peer's concurrency receipt (tools/bench/peer-llamaserver.sh) to draw beside plumb.
     #[arg(long)]
     pub peer: Option<PathBuf>,
@@ -86,6 +90,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(levels) = &args.concurrency {
         return crate::bench_lanes::run(args, levels);
     }
+    if let Some(file) = &args.prompt_file {
+        let spec = args.model.draft.ok_or_else(|| anyhow::anyhow!("--prompt-file needs --draft (an A/B of drafts)"))?;
+        return crate::on_device!(args.model.device, B => crate::bench_draft::run_on::<B>(args, spec, file));
+    }
     crate::on_device!(args.model.device, B => run_on::<B>(args))
 }
 
@@ -121,6 +129,12 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
         "pp_runs": pp,
         "tg_runs": tg,
     });
+    if let Some(spec) = args.model.draft {
+        let d = s.engine.draft_stats();
+        figures["draft"] = json!(spec.to_string());
+        figures["draft_acceptance_rate"] = json!(d.acceptance_rate());
+        figures["draft_tokens_per_verify_step"] = json!(d.tokens_per_verify_step());
+    }
     if args.depth > 0 {
         figures[format!("tg{}_at_depth{}_tokens_per_s", args.gen_len, args.depth)] = json!(median(dd.clone()));
         figures["depth_runs"] = json!(dd);

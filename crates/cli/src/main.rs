@@ -2,11 +2,13 @@
 //! This is the one place that will pick a backend; it holds no model or tokenizer logic itself.
 
 mod bench;
+mod bench_draft;
 mod bench_lanes;
 mod cache;
 mod chat;
 mod check;
 mod counts;
+mod draft;
 mod inspect;
 mod perplexity;
 mod plot;

@@ -243,7 +243,7 @@ fn print_stats(st: &GenStats) {
 }
 
 /// Prompt ids: raw text, or the chat template around one user turn.
-fn prompt_ids<B: plumb_core::FullBackend>(s: &Session<B>, prompt: &str, raw: bool) -> Result<Vec<u32>> {
+pub fn prompt_ids<B: plumb_core::FullBackend>(s: &Session<B>, prompt: &str, raw: bool) -> Result<Vec<u32>> {
     let text = if raw {
         prompt.to_string()
     } else {
@@ -294,5 +294,15 @@ fn run_on<B: OpenBackend>(args: &RunArgs) -> Result<()> {
     writeln!(stdout)?;
     stdout.flush()?;
     print_stats(&stats);
+    if let Some(spec) = args.model.draft {
+        let d = s.engine.draft_stats();
+        eprintln!(
+            "[drafts {spec}: {} of {} accepted ({:.0}%), {:.2} tokens per verify step]",
+            d.num_accepted_tokens,
+            d.num_draft_tokens,
+            100.0 * d.acceptance_rate(),
+            d.tokens_per_verify_step()
+        );
+    }
     Ok(())
 }

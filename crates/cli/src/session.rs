@@ -34,6 +34,10 @@ pub struct ModelArgs {
     /// Where the model runs: `cpu`, or `cuda` / `cuda:N` for NVIDIA GPU N (run, serve, check and bench).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// Draft tokens with this proposer and verify them in one step: `ngram[:k=4,n=3]` (prompt
+    /// lookup). Answers are identical with or without it (run, chat, serve, bench).
+    #[arg(long, value_name = "SPEC")]
+    pub draft: Option<crate::draft::DraftSpec>,
 }
 
 /// How many requests an engine runs at once and the KV room they share.
@@ -195,7 +199,8 @@ impl<B: OpenBackend> Session<B> {
             // A chat's earlier turns are computed once: each new turn reuses their KV.
             enable_prefix_cache: true,
         };
-        let engine = Engine::new(backend, model, config);
+        let mut engine = Engine::new(backend, model, config);
+        engine.set_proposer(args.draft.map(|d| d.proposer()));
         eprintln!(
             "loaded {} in {:.2} s ({})",
             path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()),

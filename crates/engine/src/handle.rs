@@ -4,7 +4,7 @@
 //! are free before the next step. Submissions beyond the in-flight bound are refused at once.
 //! A fault inside a step fails the requests of that step with an internal error; the loop goes on.
 
-use crate::{Engine, EngineError, Request, StepOutput};
+use crate::{DraftStats, Engine, EngineError, Request, StepOutput};
 use plumb_core::FullBackend;
 use plumb_scheduler::{FinishReason, SchedulerStats, SeqId};
 use std::collections::HashMap;
@@ -46,6 +46,8 @@ pub struct EngineStats {
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
     pub steps_total: u64,
+    /// Speculative drafts verified and accepted (all zero without a proposer).
+    pub drafts: DraftStats,
 }
 
 enum Command {
@@ -269,5 +271,5 @@ fn run<B: FullBackend>(mut engine: Engine<B>, commands: Receiver<Command>, share
 
 fn publish<B: FullBackend>(shared: &Shared, engine: &Engine<B>, stats: &EngineStats) {
     let mut s = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
-    *s = EngineStats { scheduler: engine.stats(), ..stats.clone() };
+    *s = EngineStats { scheduler: engine.stats(), drafts: engine.draft_stats(), ..stats.clone() };
 }

@@ -4,6 +4,7 @@
 //! `Engine` is the loop driven step by step from one thread (tests, benchmarks, the gate);
 //! `EngineHandle` runs it on a thread of its own for any number of client threads.
 
+mod draft;
 mod handle;
 pub mod load;
 mod output;
@@ -16,6 +17,7 @@ use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
 use std::collections::HashMap;
 
+pub use draft::{DraftStats, NgramConfig, NgramProposer, Proposer};
 pub use handle::{EngineHandle, EngineStats, Event, HandleError, RequestStream};
 pub use output::{StepOutput, TokenLogprobs};
 pub use plumb_scheduler::FinishReason;
@@ -35,11 +37,23 @@ pub struct Request {
     pub return_logits: bool,
     /// Requests with different salts never share prefix-cache blocks.
     pub cache_salt: u64,
+    /// Let the engine's proposer (if it has one) draft for this request. Never changes the
+    /// result, only the speed.
+    pub draft: bool,
 }
 
 impl Request {
     pub fn new(prompt: Vec<u32>, params: SamplingParams, max_tokens: usize, stop_ids: Vec<u32>) -> Self {
-        Request { prompt, params, max_tokens, stop_ids, logprobs: None, return_logits: false, cache_salt: 0 }
+        Request {
+            prompt,
+            params,
+            max_tokens,
+            stop_ids,
+            logprobs: None,
+            return_logits: false,
+            cache_salt: 0,
+            draft: true,
+        }
     }
 }
 
@@ -67,6 +81,7 @@ struct RequestState {
     params: SamplingParams,
     logprobs: Option<usize>,
     return_logits: bool,
+    draft: bool,
 }
 
 /// The engine: a model on a backend with its KV cache and scheduler.
@@ -78,12 +93,27 @@ pub struct Engine<B: FullBackend> {
     scheduler: Scheduler,
     requests: HashMap<SeqId, RequestState>,
     next_id: u64,
+    proposer: Option<Box<dyn Proposer>>,
+    draft_stats: DraftStats,
 }
 
 impl<B: FullBackend> Engine<B> {
     pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
         let kv = backend.new_kv_cache(&model.kv_spec(config.block_size, config.num_blocks));
-        Engine { backend, model, kv, scheduler: Scheduler::new(config), requests: HashMap::new(), next_id: 0 }
+        let scheduler = Scheduler::new(config);
+        let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
+        Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats }
+    }
+
+    /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
+    /// either way, bit for bit.
+    pub fn set_proposer(&mut self, proposer: Option<Box<dyn Proposer>>) {
+        self.proposer = proposer;
+    }
+
+    /// Draft counters since start (all zero without a proposer).
+    pub fn draft_stats(&self) -> DraftStats {
+        self.draft_stats.clone()
     }
 
     pub fn model(&self) -> &dyn CausalLm<B> {
@@ -126,7 +156,12 @@ impl<B: FullBackend> Engine<B> {
         self.validate(&req)?;
         let seq = Sequence::new(id, req.prompt, req.max_tokens, req.stop_ids).with_cache_salt(req.cache_salt);
         self.scheduler.add(seq)?;
-        let state = RequestState { params: req.params, logprobs: req.logprobs, return_logits: req.return_logits };
+        let state = RequestState {
+            params: req.params,
+            logprobs: req.logprobs,
+            return_logits: req.return_logits,
+            draft: req.draft,
+        };
         self.requests.insert(id, state);
         Ok(())
     }
@@ -143,40 +178,91 @@ impl<B: FullBackend> Engine<B> {
     /// Stops a request and frees its lane and blocks; false if it was not in flight.
     pub fn abort(&mut self, id: SeqId) -> bool {
         self.requests.remove(&id);
+        if let Some(p) = &mut self.proposer {
+            p.release(id);
+        }
         self.scheduler.abort(id)
     }
 
-    /// One step of the loop; returns each sampled token.
+    /// One step of the loop; returns each kept token (several for a lane whose drafts were
+    /// accepted, in order).
     pub fn step(&mut self) -> Vec<StepOutput> {
-        let plan = self.scheduler.schedule();
+        let plan = self.schedule();
         if plan.items.is_empty() {
             return Vec::new();
         }
         let batch = runner::build_batch(&plan, &self.scheduler);
         let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
-        let (sampled, extras) = self.sample(&plan, &logits);
-        let updates = self.scheduler.update(&plan, &sampled);
-        output::emit(updates, extras, &mut self.requests)
+        let (kept, extras) = self.sample(&plan, &logits);
+        self.observe_drafts(&plan, &kept);
+        let updates = self.scheduler.update_verified(&plan, &kept);
+        let outputs = output::emit(updates, extras, &mut self.requests);
+        if let Some(p) = &mut self.proposer {
+            outputs.iter().filter(|o| o.finished.is_some()).for_each(|o| p.release(o.seq_id));
+        }
+        outputs
     }
 
-    /// One token per sampling item, with the logprobs and logits rows the requests asked for.
-    fn sample(&self, plan: &StepPlan, logits: &B::Tensor) -> (Vec<u32>, Vec<output::Extras>) {
+    /// The scheduler's plan, with drafts from the proposer for the requests that allow them.
+    fn schedule(&mut self) -> StepPlan {
+        let Some(proposer) = self.proposer.as_mut() else { return self.scheduler.schedule() };
+        let requests = &self.requests;
+        self.scheduler.schedule_with_drafts(|seq, max| match requests.get(&seq.id) {
+            Some(state) if state.draft => proposer.propose(seq.id, seq.tokens(), seq.prompt_len(), max),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Per sampling item, the tokens it keeps (its accepted drafts, then one sample), with the
+    /// logprobs and logits rows the request asked for, one per kept token.
+    fn sample(&self, plan: &StepPlan, logits: &B::Tensor) -> (Vec<Vec<u32>>, Vec<output::ItemExtras>) {
         let host = self.backend.download(logits);
         let vocab = logits.cols();
-        let mut tokens = Vec::new();
+        let mut rows = host.chunks_exact(vocab);
+        let mut kept_all = Vec::new();
         let mut extras = Vec::new();
-        for (item, row) in plan.items.iter().filter(|item| item.sample).zip(host.chunks_exact(vocab)) {
+        for item in plan.items.iter().filter(|item| item.sample) {
             let seq = self.scheduler.get(item.seq_id).expect("planned sequences are known");
             let state = &self.requests[&item.seq_id];
+            let item_rows: Vec<&[f32]> = rows.by_ref().take(item.num_samples()).collect();
             let (history, prompt_len) = (seq.tokens(), seq.prompt_len());
-            let token = plumb_sampling::sample(row, &state.params, history, prompt_len, history.len() as u64);
-            extras.push(output::Extras {
-                logprobs: state.logprobs.map(|n| output::logprobs(row, token, n)),
-                logits: state.return_logits.then(|| row.to_vec()),
-            });
-            tokens.push(token);
+            let kept = plumb_sampling::sample_drafted(
+                item_rows.iter().copied(),
+                &item.drafts,
+                &state.params,
+                history,
+                prompt_len,
+            );
+            extras.push((
+                item.seq_id,
+                kept.iter()
+                    .zip(&item_rows)
+                    .map(|(&token, row)| output::Extras {
+                        logprobs: state.logprobs.map(|n| output::logprobs(row, token, n)),
+                        logits: state.return_logits.then(|| row.to_vec()),
+                    })
+                    .collect(),
+            ));
+            kept_all.push(kept);
         }
-        (tokens, extras)
+        (kept_all, extras)
+    }
+
+    /// Tells the proposer how its drafts fared and counts them.
+    fn observe_drafts(&mut self, plan: &StepPlan, kept: &[Vec<u32>]) {
+        let drafted =
+            plan.items.iter().filter(|item| item.sample).zip(kept).filter(|(item, _)| !item.drafts.is_empty());
+        for (item, kept) in drafted {
+            let num_accepted = kept.len() - 1;
+            let s = &mut self.draft_stats;
+            s.num_verify_steps += 1;
+            s.num_draft_tokens += item.drafts.len() as u64;
+            s.num_accepted_tokens += num_accepted as u64;
+            s.num_emitted_tokens += kept.len() as u64;
+            if let Some(p) = &mut self.proposer {
+                p.observe(item.seq_id, item.drafts.len(), num_accepted);
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub struct TokenLogprobs {
     pub top: Vec<(u32, f64)>,
 }
 
-/// One sampled token of one request.
+/// One token of one request (a step may yield several per request when drafts are accepted).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepOutput {
     pub seq_id: SeqId,
@@ -33,6 +33,9 @@ pub(crate) struct Extras {
     pub logprobs: Option<TokenLogprobs>,
     pub logits: Option<Vec<f32>>,
 }
+
+/// A sampling item's extras: its sequence, one entry per kept token.
+pub(crate) type ItemExtras = (SeqId, Vec<Extras>);
 
 /// log-softmax of `row` at `token`, with the `n` most likely tokens.
 pub(crate) fn logprobs(row: &[f32], token: u32, n: usize) -> TokenLogprobs {
@@ -56,16 +59,24 @@ pub(crate) fn logprobs(row: &[f32], token: u32, n: usize) -> TokenLogprobs {
     }
 }
 
-/// Pairs the scheduler's updates with their extras and forgets finished requests.
+/// Pairs the scheduler's updates with their extras and forgets finished requests. `extras`
+/// holds one list per sampling item, one entry per kept token; the updates of an item are a
+/// prefix of its kept tokens (a finishing token drops the rest), in item order.
 pub(crate) fn emit(
     updates: Vec<SeqUpdate>,
-    extras: Vec<Extras>,
+    extras: Vec<ItemExtras>,
     requests: &mut HashMap<SeqId, RequestState>,
 ) -> Vec<StepOutput> {
+    let mut extras = extras.into_iter().map(|(id, e)| (id, e.into_iter()));
+    let mut current: Option<(SeqId, std::vec::IntoIter<Extras>)> = None;
     updates
         .into_iter()
-        .zip(extras)
-        .map(|(u, e)| {
+        .map(|u| {
+            if current.as_ref().is_none_or(|(id, _)| *id != u.seq_id) {
+                // Items without updates (none in a normal step) are skipped.
+                current = extras.find(|(id, _)| *id == u.seq_id);
+            }
+            let e = current.as_mut().and_then(|(_, it)| it.next()).expect("one extras entry per kept token");
             if u.finished.is_some() {
                 requests.remove(&u.seq_id);
             }

@@ -3,7 +3,8 @@
 use plumb_core::{ForwardBatch, LaneView};
 use plumb_scheduler::{Scheduler, StepPlan};
 
-/// Rows for every planned token, one lane per plan item, logits for each sampling item's last row.
+/// Rows for every planned token and draft, one lane per plan item, logits for each sampling
+/// item's last row and its verify rows.
 pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
     let block_size = scheduler.config().block_size;
     let mut batch = ForwardBatch { block_size, ..ForwardBatch::default() };
@@ -15,6 +16,12 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
         }
         if item.sample {
             batch.logits_rows.push(batch.token_ids.len() as u32 - 1);
+            // Verify rows: each draft at its own position, attending to its own prefix (earlier
+            // drafts included) like any prefill row; each gives the logits its draft is checked by.
+            for (j, &draft) in item.drafts.iter().enumerate() {
+                batch.push_row(lane, draft, item.end + j);
+                batch.logits_rows.push(batch.token_ids.len() as u32 - 1);
+            }
         }
     }
     // Cheap next to the step it guards, so it runs in release builds too: a batch that breaks

@@ -113,3 +113,19 @@ fn a_client_may_submit_again_as_soon_as_its_last_token_arrives() {
         assert_eq!(tokens.len(), 2);
     }
 }
+
+#[test]
+fn a_drafting_engine_streams_the_same_tokens_and_counts_its_drafts() {
+    // A prompt that repeats itself, greedy: prompt lookup drafts and the model accepts them.
+    let passage: Vec<u32> = (0..40).map(|j| ((j * 7919) % 40_000) as u32 + 200).collect();
+    let prompt = [&passage[..], &passage[..20]].concat();
+    let r = Request::new(prompt, SamplingParams::greedy(), 24, vec![]);
+    let plain = collect(handle(4).submit(r.clone()).unwrap());
+    let mut e = engine(&default_model(), 2, 2048, 8);
+    e.set_proposer(Some(Box::new(plumb_engine::NgramProposer::new(plumb_engine::NgramConfig::default()))));
+    let h = EngineHandle::spawn(e, 4);
+    assert_eq!(collect(h.submit(r).unwrap()), plain, "drafted tokens through the handle differ");
+    let s = settled(&h);
+    assert_eq!(s.generated_tokens_total, 24, "one event per token, however many a step kept");
+    assert!(s.drafts.num_accepted_tokens > 0 && s.drafts.tokens_per_verify_step() > 1.0, "{:?}", s.drafts);
+}

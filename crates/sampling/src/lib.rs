@@ -63,6 +63,38 @@ pub fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt_len: u
     cand[keep - 1].0
 }
 
+/// Verifies drafts: `rows[j]` is the logits row of the sequence's position `history.len() + j`,
+/// computed with `drafts[..j]` appended to `history`. Samples row after row exactly as `sample`
+/// would with that history and position, and stops at the first sample that differs from its
+/// draft. Returns the kept tokens: the accepted drafts, then that first differing sample (or the
+/// sample after the last draft) — so a drafted sequence keeps exactly the tokens it would have
+/// sampled one by one. `rows` needs `drafts.len() + 1` rows.
+pub fn sample_drafted<'r>(
+    rows: impl IntoIterator<Item = &'r [f32]>,
+    drafts: &[u32],
+    p: &SamplingParams,
+    history: &[u32],
+    prompt_len: usize,
+) -> Vec<u32> {
+    let mut rows = rows.into_iter();
+    let first = rows.next().expect("a verify step has at least one row");
+    let token = sample(first, p, history, prompt_len, history.len() as u64);
+    let mut kept = vec![token];
+    if drafts.first() != Some(&token) {
+        return kept;
+    }
+    let mut extended = history.to_vec();
+    for (j, row) in rows.enumerate().take(drafts.len()) {
+        extended.push(drafts[j]);
+        let token = sample(row, p, &extended, prompt_len, extended.len() as u64);
+        kept.push(token);
+        if drafts.get(j + 1) != Some(&token) {
+            break;
+        }
+    }
+    kept
+}
+
 /// Index of the largest logit; the lowest index among equals.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -173,5 +205,25 @@ mod tests {
         assert!(SamplingParams { logit_bias: vec![(0, 101.0)], ..greedy.clone() }.validate().is_err());
         assert!(SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..greedy.clone() }.validate().is_err());
         assert!(SamplingParams { logit_bias: vec![(f32::NAN.to_bits(), f32::NAN)], ..greedy }.validate().is_err());
+    }
+
+    #[test]
+    fn drafted_sampling_keeps_what_one_by_one_sampling_draws() {
+        let p = SamplingParams { temperature: 0.8, repetition_penalty: 1.3, seed: 5, ..SamplingParams::default() };
+        let rows: Vec<Vec<f32>> =
+            (0..6).map(|r| (0..8).map(|i| ((i * 7 + r * 3) % 5) as f32 * 0.4).collect()).collect();
+        let history = [1u32, 2, 3];
+        let mut solo = history.to_vec();
+        for row in &rows {
+            let t = sample(row, &p, &solo, 2, solo.len() as u64);
+            solo.push(t);
+        }
+        let want = &solo[3..];
+        let all = sample_drafted(rows.iter().map(|r| &r[..]), &want[..5], &p, &history, 2);
+        assert_eq!(all, want, "right drafts are all kept, plus the sample after them");
+        let mut wrong = want[..5].to_vec();
+        wrong[2] = (wrong[2] + 1) % 8;
+        let cut = sample_drafted(rows.iter().map(|r| &r[..]), &wrong, &p, &history, 2);
+        assert_eq!(cut, want[..3], "kept up to and including the first differing sample");
     }
 }

@@ -113,6 +113,17 @@ impl BlockManager {
         }
     }
 
+    /// Returns the blocks of `seq`'s table past its tokens (those taken for rejected drafts).
+    /// They hold no registered KV: registration stops at computed tokens.
+    pub fn shrink(&mut self, seq: &mut Sequence) {
+        let keep = seq.tokens().len().div_ceil(self.block_size);
+        while seq.block_table.len() > keep {
+            let b = seq.block_table.pop().expect("longer than keep");
+            debug_assert!(!self.cache.is_cached(b), "a block past the tokens was registered");
+            self.pool.release(b, FreeEnd::Head);
+        }
+    }
+
     /// Registers every full block of computed tokens not registered yet.
     pub fn register_full_blocks(&mut self, seq: &mut Sequence) {
         if !self.enable_prefix_cache {

@@ -60,7 +60,10 @@ impl Scheduler {
                 return Err(format!("waiting sequence {id:?} holds blocks or computed tokens"));
             }
             let covered = table.len() * bs;
-            if covered < seq.num_computed_tokens || table.len() > seq.tokens().len().div_ceil(bs) {
+            // Between `schedule` and `update` a table may also cover planned drafts, never past
+            // the sequence's longest length; `update` trims it back to its tokens.
+            let longest = seq.prompt_len() + seq.max_tokens;
+            if covered < seq.num_computed_tokens || table.len() > longest.div_ceil(bs) {
                 return Err(format!(
                     "sequence {id:?}: {} blocks for {} computed tokens",
                     table.len(),

@@ -93,7 +93,9 @@ pub enum RequestError {
 }
 
 /// One sequence's share of a step: compute tokens `start..end`; `sample` when the step's last
-/// row for it yields the next token.
+/// row for it yields the next token. A decoding sequence may also carry `drafts`: guessed tokens
+/// for positions `end..end + drafts.len()`, computed as extra rows (verify rows) whose samples
+/// decide how many of them the sequence keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanItem {
     pub seq_id: SeqId,
@@ -103,6 +105,20 @@ pub struct PlanItem {
     pub end: usize,
     /// `end` is the sequence's length: the last row's logits give its next token.
     pub sample: bool,
+    /// Draft tokens to verify after `end` (only with `sample`); the block table covers them.
+    pub drafts: Vec<u32>,
+}
+
+impl PlanItem {
+    /// Rows this item puts in the step: its computed tokens plus its verify rows.
+    pub fn num_rows(&self) -> usize {
+        self.end - self.start + self.drafts.len()
+    }
+
+    /// Tokens it samples: one per verify row plus the one after `end`, or none.
+    pub fn num_samples(&self) -> usize {
+        if self.sample { 1 + self.drafts.len() } else { 0 }
+    }
 }
 
 /// What a step computes.
@@ -114,7 +130,7 @@ pub struct StepPlan {
     pub preempted: Vec<SeqId>,
 }
 
-/// What happened to a sequence in `update`.
+/// What happened to a sequence in `update`: one per token it kept (several when drafts were accepted).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqUpdate {
     pub seq_id: SeqId,

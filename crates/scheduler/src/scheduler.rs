@@ -109,8 +109,19 @@ impl Scheduler {
     /// a block when none is free preempts the most recently admitted one (maybe itself); a
     /// step that preempted admits nobody.
     pub fn schedule(&mut self) -> StepPlan {
+        self.schedule_with_drafts(|_, _| Vec::new())
+    }
+
+    /// `schedule`, where each decoding sequence may also verify drafts: `propose(seq, max)` gives
+    /// up to `max` tokens guessed to follow `seq`'s tokens. `max` leaves a row of the budget for
+    /// every decode after this one and stops short of `max_tokens`; drafts take only free blocks,
+    /// leaving one for each later decode, and are dropped when
+    /// those are short.
+    pub fn schedule_with_drafts(&mut self, mut propose: impl FnMut(&Sequence, usize) -> Vec<u32>) -> StepPlan {
         let mut plan = StepPlan::default();
         let mut budget = self.config.max_batch_tokens;
+        let seqs = &self.seqs;
+        let mut num_decodes_left = self.running.iter().filter(|id| seqs[*id].is_decoding()).count();
         for decode in [true, false] {
             // Preemption only removes from the back, so indices below `i` stay valid.
             let mut i = 0;
@@ -118,14 +129,32 @@ impl Scheduler {
                 let id = self.running[i];
                 i += 1;
                 let seq = &self.seqs[&id];
-                let remaining = seq.tokens().len() - seq.num_computed_tokens;
-                if (remaining == 1) != decode {
+                if seq.is_decoding() != decode {
                     continue;
                 }
+                let remaining = seq.tokens().len() - seq.num_computed_tokens;
                 let (start, end) = (seq.num_computed_tokens, seq.num_computed_tokens + remaining.min(budget));
+                let mut drafts = Vec::new();
+                if decode {
+                    num_decodes_left -= 1;
+                    let to_emit = seq.max_tokens - seq.num_generated();
+                    let max = (to_emit - 1).min(budget.saturating_sub(1 + num_decodes_left));
+                    if max > 0 {
+                        drafts = propose(seq, max);
+                        drafts.truncate(max);
+                        let seq = self.seqs.get_mut(&id).expect("running sequences are known");
+                        // Each later decode may need one new block: drafts leave them that many.
+                        let spare = self.blocks.num_free().saturating_sub(num_decodes_left);
+                        let fits = self.blocks.num_needed(seq, end + drafts.len()) <= spare;
+                        if drafts.is_empty() || !fits || !self.blocks.grow(seq, end + drafts.len()) {
+                            drafts.clear();
+                        }
+                    }
+                }
                 if self.grow_or_preempt(id, end, &mut plan, &mut budget) {
-                    budget -= end - start;
-                    plan.items.push(PlanItem { seq_id: id, start, end, sample: end == start + remaining });
+                    budget -= end - start + drafts.len();
+                    let sample = end == start + remaining;
+                    plan.items.push(PlanItem { seq_id: id, start, end, sample, drafts });
                 }
             }
         }
@@ -158,7 +187,7 @@ impl Scheduler {
     fn preempt(&mut self, id: SeqId, plan: &mut StepPlan, budget: &mut usize) {
         if let Some(i) = plan.items.iter().position(|item| item.seq_id == id) {
             let item = plan.items.remove(i);
-            *budget += item.end - item.start;
+            *budget += item.num_rows();
         }
         let seq = self.seqs.get_mut(&id).expect("running sequences are known");
         self.blocks.release(seq);
@@ -189,7 +218,7 @@ impl Scheduler {
             self.waiting.pop_front();
             self.running.push(id);
             *budget -= end - start;
-            plan.items.push(PlanItem { seq_id: id, start, end, sample: end == len });
+            plan.items.push(PlanItem { seq_id: id, start, end, sample: end == len, drafts: Vec::new() });
         }
     }
 
@@ -198,25 +227,57 @@ impl Scheduler {
     /// token per plan item with `sample` set, in order. Items of sequences aborted since
     /// `schedule` are skipped.
     pub fn update(&mut self, plan: &StepPlan, sampled: &[u32]) -> Vec<SeqUpdate> {
+        let kept: Vec<Vec<u32>> = sampled.iter().map(|&t| vec![t]).collect();
+        self.update_verified(plan, &kept)
+    }
+
+    /// `update` for a plan with drafts: `kept` holds, per sampling item in order, the tokens it
+    /// keeps — its accepted drafts then the first sample that differs from a draft (or the
+    /// sample after the last draft), so between 1 and `1 + drafts.len()` tokens. They append
+    /// one by one, and a token that finishes the sequence (a stop id, `max_tokens`) drops those
+    /// after it, exactly as if each had come from a step of its own. Rollback: computed tokens
+    /// end just before the last kept token (the verify rows of rejected drafts are forgotten,
+    /// their slots overwritten later), and blocks past the new length return to the pool.
+    /// Prefix-cache blocks register only from kept tokens, so a rejected draft never enters it.
+    pub fn update_verified(&mut self, plan: &StepPlan, kept: &[Vec<u32>]) -> Vec<SeqUpdate> {
         let num_samples = plan.items.iter().filter(|item| item.sample).count();
-        assert_eq!(sampled.len(), num_samples, "one sampled token per sampling plan item");
-        let mut tokens = sampled.iter();
+        assert_eq!(kept.len(), num_samples, "one list of kept tokens per sampling plan item");
+        let mut kept_iter = kept.iter();
         let mut updates = Vec::with_capacity(num_samples);
         for item in &plan.items {
-            let token = item.sample.then(|| *tokens.next().expect("counted above"));
+            let tokens = if item.sample { &kept_iter.next().expect("counted above")[..] } else { &[] };
+            assert!(
+                !item.sample || (1..=item.num_samples()).contains(&tokens.len()),
+                "{} kept tokens for an item with {} drafts",
+                tokens.len(),
+                item.drafts.len()
+            );
+            assert!(
+                tokens.iter().zip(&item.drafts).take(tokens.len().saturating_sub(1)).all(|(t, d)| t == d),
+                "only the last kept token may differ from its draft"
+            );
             let Some(seq) = self.seqs.get_mut(&item.seq_id) else { continue };
             assert!(
                 seq.status == Status::Running && seq.num_computed_tokens == item.start,
                 "update with a plan that is not the last schedule() (sequence {:?})",
                 item.seq_id
             );
-            debug_assert!(seq.block_table.len() * self.config.block_size >= item.end);
-            seq.num_computed_tokens = item.end;
-            self.blocks.register_full_blocks(seq);
-            if let Some(token) = token {
+            debug_assert!(seq.block_table.len() * self.config.block_size >= item.end + item.drafts.len());
+            let mut num_pushed = 0usize;
+            for &token in tokens {
                 seq.push_token(token);
-                updates.push(SeqUpdate { seq_id: item.seq_id, token, finished: seq.finish_reason(token) });
+                num_pushed += 1;
+                let finished = seq.finish_reason(token);
+                updates.push(SeqUpdate { seq_id: item.seq_id, token, finished });
+                if finished.is_some() {
+                    break;
+                }
             }
+            // The rows before the last kept token hold its prefix's K/V; that token's own row
+            // is the next step's.
+            seq.num_computed_tokens = item.end + num_pushed.saturating_sub(1);
+            self.blocks.shrink(seq);
+            self.blocks.register_full_blocks(seq);
         }
         let mut any_finished = false;
         for u in updates.iter().filter(|u| u.finished.is_some()) {

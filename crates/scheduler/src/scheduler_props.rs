@@ -4,7 +4,9 @@
 //! while there is work, every row reads correct KV through its block table (so prefix-cache
 //! hits and recomputes after preemption are exact) and writes only blocks it owns alone.
 //! Every request finishes with the tokens it would have produced alone, and then every block
-//! is free.
+//! is free. With drafts on, a fake proposer guesses right, wrong or partly right; verify rows
+//! write the KV of their draft tokens (wrong KV for rejected ones), so any rejected row the
+//! scheduler kept as computed, or any cached block holding one, fails the KV check.
 
 use crate::prefix_cache::{BlockHasher, hash_block};
 use crate::*;
@@ -93,6 +95,30 @@ struct Harness {
     max_tokens: HashMap<SeqId, usize>,
     /// Prompt + output of finished requests, for follow-up turns.
     finished: Vec<Vec<u32>>,
+    /// Propose drafts from this generator state (None: no drafts).
+    drafts: Option<u64>,
+}
+
+/// Up to `max` drafts for `seq`: its true continuation, cut short at random and sometimes
+/// wrong from a random index on.
+fn propose(rng: &mut u64, seq: &Sequence, max: usize) -> Vec<u32> {
+    let mut next = || {
+        *rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (*rng >> 33) as usize
+    };
+    let len = next() % (max + 1);
+    let wrong_from = if next() % 2 == 0 { next() % (len + 1) } else { len };
+    let mut kv = 0;
+    for &t in seq.tokens() {
+        kv = kv_of(kv, t);
+    }
+    let mut drafts = Vec::new();
+    for i in 0..len {
+        let t = if i >= wrong_from { (next() % VOCAB as usize) as u32 } else { next_token(seq.id, kv) };
+        drafts.push(t);
+        kv = kv_of(kv, t);
+    }
+    drafts
 }
 
 impl Harness {
@@ -108,6 +134,7 @@ impl Harness {
             prompts: HashMap::new(),
             max_tokens: HashMap::new(),
             finished: Vec::new(),
+            drafts: None,
         }
     }
 
@@ -154,11 +181,14 @@ impl Harness {
 
     fn step(&mut self, abort_between: Option<usize>) {
         let had_work = self.s.has_work();
-        let plan = self.s.schedule();
+        let plan = match &mut self.drafts {
+            Some(rng) => self.s.schedule_with_drafts(|seq, max| propose(rng, seq, max)),
+            None => self.s.schedule(),
+        };
         self.s.check_integrity().unwrap();
         assert_eq!(plan.items.is_empty(), !had_work, "a step with work plans something");
         let config = self.s.config().clone();
-        let rows: usize = plan.items.iter().map(|i| i.end - i.start).sum();
+        let rows: usize = plan.items.iter().map(PlanItem::num_rows).sum();
         assert!(rows <= config.max_batch_tokens && plan.items.len() <= config.max_lanes);
         let mut sampled = Vec::new();
         for item in &plan.items {
@@ -182,14 +212,37 @@ impl Harness {
                 assert_eq!(self.s.blocks.pool.ref_count(b as u32), 1, "writes only blocks it owns alone");
                 self.kv[b][o] = Some(kv);
             }
-            if item.sample {
-                sampled.push(next_token(item.seq_id, kv));
+            if !item.sample {
+                assert!(item.drafts.is_empty(), "drafts only where a token is sampled");
+                continue;
             }
+            let to_emit = self.max_tokens[&item.seq_id] - (tokens.len() - self.prompts[&item.seq_id].len());
+            assert!(item.drafts.len() < to_emit, "drafts stop short of max_tokens");
+            assert!(table.len() * config.block_size >= item.end + item.drafts.len(), "blocks cover the drafts");
+            // Verify rows: every draft's KV is written (a rejected one's is wrong for the
+            // sequence), and each row samples as a decode of its own prefix would.
+            let mut row_kv = vec![kv];
+            for (j, &d) in item.drafts.iter().enumerate() {
+                kv = kv_of(kv, d);
+                let (b, o) = self.slot(&table, item.end + j);
+                assert_eq!(self.s.blocks.pool.ref_count(b as u32), 1, "writes only blocks it owns alone");
+                self.kv[b][o] = Some(kv);
+                row_kv.push(kv);
+            }
+            let mut kept = Vec::new();
+            for (j, &row) in row_kv.iter().enumerate() {
+                let t = next_token(item.seq_id, row);
+                kept.push(t);
+                if item.drafts.get(j) != Some(&t) {
+                    break;
+                }
+            }
+            sampled.push(kept);
         }
         if let Some(idx) = abort_between {
             self.abort(idx);
         }
-        for u in self.s.update(&plan, &sampled) {
+        for u in self.s.update_verified(&plan, &sampled) {
             let Some(out) = self.generated.get_mut(&u.seq_id) else { panic!("update for aborted {:?}", u.seq_id) };
             out.push(u.token);
             if let Some(reason) = u.finished {
@@ -210,8 +263,9 @@ fn base_prompt() -> Vec<u32> {
     (0..24u32).map(|i| (i * 5 + i / 3) % VOCAB).collect()
 }
 
-fn run(config: SchedulerConfig, weak: bool, ops: Vec<Op>) {
+fn run(config: SchedulerConfig, weak: bool, ops: Vec<Op>, drafts: Option<u64>) {
     let mut h = Harness::new(config, if weak { weak_hash } else { hash_block });
+    h.drafts = drafts;
     let base = base_prompt();
     for op in ops {
         match op {
@@ -267,7 +321,25 @@ proptest! {
         (config, weak) in config(),
         ops in prop::collection::vec(op(14, 2), 1..60),
     ) {
-        run(config, weak, ops);
+        run(config, weak, ops, None);
+    }
+
+    #[test]
+    fn drafted_workloads_finish_exactly_and_leak_nothing(
+        (config, weak) in config(),
+        ops in prop::collection::vec(op(14, 2), 1..60),
+        seed in any::<u64>(),
+    ) {
+        run(config, weak, ops, Some(seed));
+    }
+
+    #[test]
+    fn tight_pools_with_drafts_preempt_and_still_finish_exactly(
+        (config, weak) in tight_config(),
+        ops in prop::collection::vec(op(6, 6), 1..60),
+        seed in any::<u64>(),
+    ) {
+        run(config, weak, ops, Some(seed));
     }
 
     #[test]
@@ -275,7 +347,7 @@ proptest! {
         (config, weak) in tight_config(),
         ops in prop::collection::vec(op(6, 6), 1..60),
     ) {
-        run(config, weak, ops);
+        run(config, weak, ops, None);
     }
 }
 

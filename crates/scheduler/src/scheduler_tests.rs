@@ -19,7 +19,7 @@ fn seq(id: u64, prompt: &[u32], max_tokens: usize) -> Sequence {
 }
 
 fn item(id: u64, start: usize, end: usize, sample: bool) -> PlanItem {
-    PlanItem { seq_id: SeqId(id), start, end, sample }
+    PlanItem { seq_id: SeqId(id), start, end, sample, drafts: vec![] }
 }
 
 fn table(s: &Scheduler, id: u64) -> Vec<u32> {
@@ -407,4 +407,62 @@ fn a_preempted_sequence_recomputes_exactly_its_tokens_then_samples_the_next_posi
     let tokens = preempted_tokens.expect("sequence 2 was preempted");
     let want: Vec<(usize, u32)> = tokens.iter().copied().enumerate().collect();
     assert_eq!(rows, want, "every position once, in order, with its token");
+}
+
+#[test]
+fn drafts_take_rows_and_blocks_then_roll_back_to_the_kept_tokens() {
+    let mut s = Scheduler::new(config(8, 2, 8));
+    s.add(seq(1, &[1, 2, 3], 10)).unwrap();
+    let (_, u) = step(&mut s, 4);
+    assert_eq!(u.len(), 1);
+    // Decoding at length 4: position 3 plus drafts for 4..9, capped by the 8-row budget.
+    let p = s.schedule_with_drafts(|seq, max| {
+        assert_eq!((seq.tokens().len(), max), (4, 7));
+        vec![5, 6, 7, 8, 9, 10, 11, 12]
+    });
+    assert_eq!(
+        p.items,
+        [PlanItem { seq_id: SeqId(1), start: 3, end: 4, sample: true, drafts: vec![5, 6, 7, 8, 9, 10, 11] }]
+    );
+    assert_eq!(table(&s, 1), [0, 1, 2], "blocks cover the verify rows 4..11");
+    s.check_integrity().unwrap();
+    // Two drafts accepted, the third sampled as 70 instead of 7.
+    let u = s.update_verified(&p, &[vec![5, 6, 70]]);
+    assert_eq!(u.iter().map(|u| u.token).collect::<Vec<_>>(), [5, 6, 70]);
+    let seq = s.get(SeqId(1)).unwrap();
+    assert_eq!((seq.tokens(), seq.num_computed_tokens()), (&[1, 2, 3, 4, 5, 6, 70][..], 6));
+    assert_eq!(table(&s, 1), [0, 1], "the block taken only for rejected rows is free again");
+    s.check_integrity().unwrap();
+}
+
+#[test]
+fn a_stop_token_among_accepted_drafts_ends_the_sequence_there() {
+    let mut s = Scheduler::new(config(8, 1, 16));
+    s.add(Sequence::new(SeqId(1), vec![1, 2, 3], 20, vec![9])).unwrap();
+    step(&mut s, 4);
+    let p = s.schedule_with_drafts(|_, _| vec![5, 9, 6]);
+    let u = s.update_verified(&p, &[vec![5, 9, 6, 7]]);
+    assert_eq!(u.len(), 2);
+    assert_eq!(u[1], SeqUpdate { seq_id: SeqId(1), token: 9, finished: Some(FinishReason::Stop) });
+    assert!(s.get(SeqId(1)).is_none());
+    assert_eq!(s.num_free_blocks(), 8);
+    s.check_integrity().unwrap();
+}
+
+#[test]
+fn drafts_stop_short_of_max_tokens_and_leave_a_row_for_every_decode() {
+    let mut s = Scheduler::new(config(16, 3, 6));
+    s.add(seq(1, &[1], 3)).unwrap();
+    s.add(seq(2, &[2], 30)).unwrap();
+    s.add(seq(3, &[3], 30)).unwrap();
+    step(&mut s, 4);
+    let mut maxes = Vec::new();
+    let p = s.schedule_with_drafts(|seq, max| {
+        maxes.push((seq.id.0, max));
+        vec![0; max]
+    });
+    // Sequence 1 may emit 2 more tokens (1 draft); 2 leaves a row for 3; 3 has its row only.
+    assert_eq!(maxes, [(1, 1), (2, 2)]);
+    assert_eq!(p.items.iter().map(|i| i.drafts.len()).collect::<Vec<_>>(), [1, 2, 0]);
+    assert_eq!(p.items.iter().map(PlanItem::num_rows).sum::<usize>(), 6);
 }

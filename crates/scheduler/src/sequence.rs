@@ -97,6 +97,11 @@ impl Sequence {
         &self.block_table
     }
 
+    /// Running with only its last token left to compute: the next step samples from it.
+    pub(crate) fn is_decoding(&self) -> bool {
+        self.tokens.len() == self.num_computed_tokens + 1
+    }
+
     pub(crate) fn push_token(&mut self, token: u32) {
         self.tokens.push(token);
     }

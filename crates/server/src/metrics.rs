@@ -174,6 +174,22 @@ impl Metrics {
         gauge(&mut out, "plumb_prefix_cache_hit_rate", "Hit tokens / queried tokens since start.", rate);
         counter(&mut out, "plumb_preemptions_total", "Requests preempted (recomputed later).", s.num_preemptions_total);
         counter(&mut out, "plumb_engine_steps_total", "Engine steps.", e.steps_total);
+        let d = &e.drafts;
+        counter(&mut out, "plumb_draft_verify_steps_total", "Lane-steps that verified drafts.", d.num_verify_steps);
+        counter(&mut out, "plumb_draft_tokens_total", "Draft tokens verified.", d.num_draft_tokens);
+        counter(&mut out, "plumb_draft_accepted_tokens_total", "Draft tokens accepted.", d.num_accepted_tokens);
+        gauge(
+            &mut out,
+            "plumb_draft_acceptance_rate",
+            "Accepted / verified draft tokens since start.",
+            d.acceptance_rate(),
+        );
+        gauge(
+            &mut out,
+            "plumb_draft_tokens_per_verify_step",
+            "Tokens a lane keeps per verify step (accepted drafts + 1) since start.",
+            d.tokens_per_verify_step(),
+        );
         out
     }
 }
