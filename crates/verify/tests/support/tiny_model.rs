@@ -94,8 +94,11 @@ pub fn write_with(seed: u64, extras: Extras) -> PathBuf {
         w.tensor(name, &[16], GgmlType::F32, vec![0; 64]);
     }
     let tag = format!("{}{}{}", extras.biases as u8, extras.rope_freqs as u8, extras.heads.unwrap_or(4));
+    // One file per call: tests of one process run on parallel threads and delete their files.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!(
-        "plumb-tiny-{seed}-{tag}-{}-{}.gguf",
+        "plumb-tiny-{seed}-{tag}-{}-{}-{call}.gguf",
         std::process::id(),
         extras.stray_tensor.map_or(0, str::len)
     ));
