@@ -3,7 +3,7 @@
 //! GGUF Llama checkpoints store Q/K rows permuted so RoPE rotates adjacent pairs — which is what
 //! the backend's `rope` does.
 
-use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp, rope};
+use crate::layers::{attention::Attention, decoder::Decoder, loader::WeightLoader, rope};
 use crate::registry::ModelError;
 use crate::{CausalLm, Trace};
 use plumb_checkpoint::ModelConfig;
@@ -19,24 +19,9 @@ const IGNORED: &[&str] = &[
     "model.layers.*.self_attn.rotary_emb.inv_freq",
 ];
 
-#[derive(Debug)]
-struct Layer<B: Backend> {
-    input_layernorm: B::Weight,
-    self_attn: Attention<B>,
-    post_attention_layernorm: B::Weight,
-    mlp: Mlp<B>,
-}
-
 /// A loaded Llama-family model.
 #[derive(Debug)]
-pub struct Llama<B: Backend> {
-    config: ModelConfig,
-    embed_tokens: B::Weight,
-    layers: Vec<Layer<B>>,
-    norm: B::Weight,
-    lm_head: Option<B::Weight>,
-    inv_freq: Vec<f64>,
-}
+pub struct Llama<B: Backend>(Decoder<B>);
 
 impl<B: FullBackend> Llama<B> {
     pub fn load(w: &WeightLoader<'_, B>, config: ModelConfig) -> Result<Self, ModelError> {
@@ -44,79 +29,27 @@ impl<B: FullBackend> Llama<B> {
             return Err(ModelError::Unsupported("YaRN RoPE scaling"));
         }
         let c = &config;
-        let hidden = c.hidden_size;
-        let layers = (0..c.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(Layer {
-                    input_layernorm: w.load_shaped(&format!("{p}.input_layernorm.weight"), 1, hidden)?,
-                    self_attn: Attention::load(w, &format!("{p}.self_attn"), c)?,
-                    post_attention_layernorm: w.load_shaped(
-                        &format!("{p}.post_attention_layernorm.weight"),
-                        1,
-                        hidden,
-                    )?,
-                    mlp: Mlp::load(w, &format!("{p}.mlp"), hidden, c.intermediate_size)?,
-                })
-            })
-            .collect::<Result<_, ModelError>>()?;
         let lm_head = match w.has("lm_head.weight") {
-            true => Some(w.load_shaped("lm_head.weight", c.vocab_size, hidden)?),
+            true => Some(w.load_shaped("lm_head.weight", c.vocab_size, c.hidden_size)?),
             false => None,
         };
         let mut inv_freq = rope::inv_freq(c);
         if w.has(ROPE_FREQS) {
             rope::apply_freq_factors(&mut inv_freq, &w.load_host(ROPE_FREQS)?, c)?;
         }
-        let model = Llama {
-            embed_tokens: w.load_shaped("model.embed_tokens.weight", c.vocab_size, hidden)?,
-            norm: w.load_shaped("model.norm.weight", 1, hidden)?,
-            layers,
-            lm_head,
-            inv_freq,
-            config,
-        };
+        let attention = |prefix: &str| Attention::load(w, prefix, c);
+        let decoder = Decoder::load(w, config.clone(), attention, lm_head, inv_freq)?;
         w.finish(IGNORED)?;
-        Ok(model)
+        Ok(Llama(decoder))
     }
 }
 
 impl<B: FullBackend> CausalLm<B> for Llama<B> {
     fn config(&self) -> &ModelConfig {
-        &self.config
+        &self.0.config
     }
 
-    fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, mut trace: Option<Trace<'_, B>>) -> B::Tensor {
-        let c = &self.config;
-        let (n, hidden, eps) = (batch.num_rows(), c.hidden_size, c.rms_norm_eps as f32);
-        let mut x = b.tensor(n, hidden);
-        b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
-        let rope = b.rope_table(&batch.positions, &self.inv_freq);
-        let mut normed = b.tensor(n, hidden);
-        for (i, layer) in self.layers.iter().enumerate() {
-            b.rms_norm(&x, &layer.input_layernorm, eps, &mut normed);
-            if let Some(t) = &mut trace {
-                t("attn_norm", Some(i), &normed);
-            }
-            let attn = layer.self_attn.forward(b, &normed, &rope, batch, kv, i, &mut trace);
-            b.add(&mut x, &attn);
-            b.rms_norm(&x, &layer.post_attention_layernorm, eps, &mut normed);
-            let mlp = layer.mlp.forward(b, &normed, i, &mut trace);
-            b.add(&mut x, &mlp);
-            if let Some(t) = &mut trace {
-                t("layer_out", Some(i), &x);
-            }
-        }
-        let mut last = b.tensor(batch.logits_rows.len(), hidden);
-        b.gather_rows(&x, &batch.logits_rows, &mut last);
-        let mut normed_last = b.tensor(batch.logits_rows.len(), hidden);
-        b.rms_norm(&last, &self.norm, eps, &mut normed_last);
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let mut logits = b.tensor(batch.logits_rows.len(), c.vocab_size);
-        b.linear(&normed_last, head, &mut logits);
-        if let Some(t) = &mut trace {
-            t("logits", None, &logits);
-        }
-        logits
+    fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, trace: Option<Trace<'_, B>>) -> B::Tensor {
+        self.0.forward(b, batch, kv, trace)
     }
 }

@@ -1,0 +1,115 @@
+//! The pre-norm decoder stack the Llama-style families share: embed, then per layer
+//! `x += attn(rms_norm(x))` and `x += mlp(rms_norm(x))`, then the final norm and the head on the
+//! rows that want logits. A family loads its attention its own way (QK norm, biases) and hands
+//! the pieces over; the forward pass is written once, here.
+
+use crate::Trace;
+use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp};
+use crate::registry::ModelError;
+use plumb_checkpoint::ModelConfig;
+use plumb_core::{Backend, ForwardBatch, FullBackend};
+
+/// One decoder layer.
+struct DecoderLayer<B: Backend> {
+    input_layernorm: B::Weight,
+    self_attn: Attention<B>,
+    post_attention_layernorm: B::Weight,
+    mlp: Mlp<B>,
+}
+
+/// A decoder-only model: its weights and RoPE frequencies.
+pub struct Decoder<B: Backend> {
+    pub config: ModelConfig,
+    embed_tokens: B::Weight,
+    layers: Vec<DecoderLayer<B>>,
+    norm: B::Weight,
+    /// `None` when tied: the head is `embed_tokens`.
+    lm_head: Option<B::Weight>,
+    inv_freq: Vec<f64>,
+}
+
+impl<B: Backend> std::fmt::Debug for Decoder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tied = if self.lm_head.is_none() { ", tied head" } else { "" };
+        write!(f, "Decoder({} layers, hidden {}{tied})", self.layers.len(), self.config.hidden_size)
+    }
+}
+
+impl<B: FullBackend> Decoder<B> {
+    /// Loads every layer (`attention` loads `self_attn` from its prefix), the embedding, the final
+    /// norm and the head the family chose.
+    pub fn load(
+        w: &WeightLoader<'_, B>,
+        config: ModelConfig,
+        attention: impl Fn(&str) -> Result<Attention<B>, ModelError>,
+        lm_head: Option<B::Weight>,
+        inv_freq: Vec<f64>,
+    ) -> Result<Self, ModelError> {
+        let c = &config;
+        let hidden = c.hidden_size;
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Ok(DecoderLayer {
+                    input_layernorm: w.load_shaped(&format!("{p}.input_layernorm.weight"), 1, hidden)?,
+                    self_attn: attention(&format!("{p}.self_attn"))?,
+                    post_attention_layernorm: w.load_shaped(
+                        &format!("{p}.post_attention_layernorm.weight"),
+                        1,
+                        hidden,
+                    )?,
+                    mlp: Mlp::load(w, &format!("{p}.mlp"), hidden, c.intermediate_size)?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        Ok(Decoder {
+            embed_tokens: w.load_shaped("model.embed_tokens.weight", c.vocab_size, hidden)?,
+            norm: w.load_shaped("model.norm.weight", 1, hidden)?,
+            layers,
+            lm_head,
+            inv_freq,
+            config,
+        })
+    }
+
+    /// One step: every row's K/V into `kv`; logits [batch.logits_rows.len(), vocab].
+    pub fn forward(
+        &self,
+        b: &B,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        mut trace: Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let c = &self.config;
+        let (n, hidden, eps) = (batch.num_rows(), c.hidden_size, c.rms_norm_eps as f32);
+        let mut x = b.tensor(n, hidden);
+        b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
+        let rope = b.rope_table(&batch.positions, &self.inv_freq);
+        let mut normed = b.tensor(n, hidden);
+        for (i, layer) in self.layers.iter().enumerate() {
+            b.rms_norm(&x, &layer.input_layernorm, eps, &mut normed);
+            if let Some(t) = &mut trace {
+                t("attn_norm", Some(i), &normed);
+            }
+            let attn = layer.self_attn.forward(b, &normed, &rope, batch, kv, i, &mut trace);
+            b.add(&mut x, &attn);
+            b.rms_norm(&x, &layer.post_attention_layernorm, eps, &mut normed);
+            let mlp = layer.mlp.forward(b, &normed, i, &mut trace);
+            b.add(&mut x, &mlp);
+            if let Some(t) = &mut trace {
+                t("layer_out", Some(i), &x);
+            }
+        }
+        let mut last = b.tensor(batch.logits_rows.len(), hidden);
+        b.gather_rows(&x, &batch.logits_rows, &mut last);
+        let mut normed_last = b.tensor(batch.logits_rows.len(), hidden);
+        b.rms_norm(&last, &self.norm, eps, &mut normed_last);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let mut logits = b.tensor(batch.logits_rows.len(), c.vocab_size);
+        b.linear(&normed_last, head, &mut logits);
+        if let Some(t) = &mut trace {
+            t("logits", None, &logits);
+        }
+        logits
+    }
+}
