@@ -55,6 +55,10 @@ pub enum CheckpointError {
     BadConfig { file: String, key: String, why: String },
     #[error("{path}: {why}")]
     BadSafetensors { path: PathBuf, why: String },
+    #[error("unknown preset `{name}` (plumb synth knows: {known})")]
+    UnknownPreset { name: String, known: String },
+    #[error("{0} is not empty; plumb synth writes into a new or empty folder")]
+    OutputNotEmpty(PathBuf),
     #[error("{0}")]
     Source(#[from] crate::source::SourceError),
 }

@@ -1,0 +1,192 @@
+//! Named shapes for `plumb synth --arch`: the `config.json` of real checkpoints (hyper-parameters
+//! copied from their Hugging Face model cards' config files), a shape between those and the test
+//! sizes for benchmarks, and tiny shapes for tests.
+//! Invariant: every preset parses with `Shape::parse` (a test walks them all).
+
+use serde_json::{Value, json};
+
+/// (name, what it is, config.json).
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub config: fn() -> Value,
+}
+
+impl std::fmt::Debug for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Preset({})", self.name)
+    }
+}
+
+/// Every preset, real shapes first.
+pub const PRESETS: &[Preset] = &[
+    Preset { name: "llama-3.1-8b", about: "Llama-3.1-8B (8.0 B parameters)", config: llama_3_1_8b },
+    Preset { name: "llama-3.2-1b", about: "Llama-3.2-1B (1.2 B, tied head)", config: llama_3_2_1b },
+    Preset { name: "qwen3-8b", about: "Qwen3-8B (8.2 B)", config: qwen3_8b },
+    Preset { name: "qwen3-0.6b", about: "Qwen3-0.6B (0.6 B, tied head)", config: qwen3_0_6b },
+    Preset {
+        name: "qwen3-30b-a3b",
+        about: "Qwen3-30B-A3B (30.5 B, 3.3 B active; 128 experts, 8 active)",
+        config: qwen3_30b_a3b,
+    },
+    Preset {
+        name: "qwen3-moe-1.6b",
+        about: "Qwen3-MoE shape of 1.6 B (0.59 B active; 64 experts, 8 active) for benchmarks",
+        config: qwen3_moe_1_6b,
+    },
+    Preset { name: "tiny-llama", about: "2-layer Llama for tests (hidden 64, vocab 512)", config: tiny_llama },
+    Preset {
+        name: "tiny-qwen3",
+        about: "2-layer Qwen3 for tests (hidden 64, head_dim 32, vocab 512)",
+        config: tiny_qwen3,
+    },
+    Preset {
+        name: "tiny-qwen3-moe",
+        about: "3-layer Qwen3-MoE for tests (8 experts, 2 active; layer 1 dense)",
+        config: tiny_qwen3_moe,
+    },
+];
+
+/// The preset called `name`.
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// Every preset name, comma-separated.
+pub fn names() -> String {
+    PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+}
+
+fn llama(hidden: usize, inter: usize, layers: usize, heads: usize, kv_heads: usize, vocab: usize) -> Value {
+    json!({
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "max_position_embeddings": 131072,
+        "mlp_bias": false,
+        "model_type": "llama",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-5,
+        "rope_scaling": {
+            "factor": 8.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3"
+        },
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": false,
+        "use_cache": true,
+        "vocab_size": vocab
+    })
+}
+
+fn llama_3_1_8b() -> Value {
+    llama(4096, 14336, 32, 32, 8, 128256)
+}
+
+fn llama_3_2_1b() -> Value {
+    let mut c = llama(2048, 8192, 16, 32, 8, 128256);
+    c["head_dim"] = json!(64);
+    c["rope_scaling"]["factor"] = json!(32.0);
+    c["tie_word_embeddings"] = json!(true);
+    c
+}
+
+fn tiny_llama() -> Value {
+    let mut c = llama(64, 128, 2, 4, 2, 512);
+    c["max_position_embeddings"] = json!(2048);
+    c["rope_scaling"] = Value::Null;
+    c
+}
+
+#[allow(clippy::too_many_arguments)]
+fn qwen3(
+    hidden: usize,
+    inter: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    tied: bool,
+) -> Value {
+    json!({
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "max_position_embeddings": 40960,
+        "max_window_layers": layers,
+        "model_type": "qwen3",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "rms_norm_eps": 1e-6,
+        "rope_scaling": null,
+        "rope_theta": 1000000.0,
+        "sliding_window": null,
+        "tie_word_embeddings": tied,
+        "use_cache": true,
+        "use_sliding_window": false,
+        "vocab_size": 151936
+    })
+}
+
+fn qwen3_8b() -> Value {
+    qwen3(4096, 12288, 36, 32, 8, 128, false)
+}
+
+fn qwen3_0_6b() -> Value {
+    qwen3(1024, 3072, 28, 16, 8, 128, true)
+}
+
+fn tiny_qwen3() -> Value {
+    let mut c = qwen3(64, 128, 2, 4, 2, 32, false);
+    c["vocab_size"] = json!(512);
+    c["max_position_embeddings"] = json!(2048);
+    c
+}
+
+/// A Qwen3-MoE config: `qwen3`'s attention keys plus the experts'.
+fn qwen3_moe(base: Value, experts: usize, active: usize, moe_inter: usize) -> Value {
+    let mut c = base;
+    let m = c.as_object_mut().expect("qwen3() is an object");
+    m.insert("architectures".into(), json!(["Qwen3MoeForCausalLM"]));
+    m.insert("model_type".into(), json!("qwen3_moe"));
+    m.insert("decoder_sparse_step".into(), json!(1));
+    m.insert("mlp_only_layers".into(), json!([]));
+    m.insert("moe_intermediate_size".into(), json!(moe_inter));
+    m.insert("norm_topk_prob".into(), json!(true));
+    m.insert("num_experts".into(), json!(experts));
+    m.insert("num_experts_per_tok".into(), json!(active));
+    m.insert("output_router_logits".into(), json!(false));
+    m.insert("router_aux_loss_coef".into(), json!(0.001));
+    c
+}
+
+fn qwen3_30b_a3b() -> Value {
+    qwen3_moe(qwen3(2048, 6144, 48, 32, 4, 128, false), 128, 8, 768)
+}
+
+fn qwen3_moe_1_6b() -> Value {
+    qwen3_moe(qwen3(1024, 3072, 24, 16, 4, 128, false), 64, 8, 256)
+}
+
+fn tiny_qwen3_moe() -> Value {
+    let mut c = qwen3_moe(tiny_qwen3(), 8, 2, 32);
+    c["num_hidden_layers"] = json!(3);
+    c["max_window_layers"] = json!(3);
+    c["mlp_only_layers"] = json!([1]);
+    c
+}
