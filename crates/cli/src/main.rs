@@ -18,6 +18,7 @@ mod run;
 mod serve;
 mod session;
 mod signals;
+mod synth;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -69,6 +70,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
+    /// Write a random-weight Hugging Face model folder of a preset shape or a config.json
+    /// (config, safetensors, a working tokenizer, chat template) for benchmarks and tests.
+    Synth(synth::SynthArgs),
     /// Show a model's architecture, hyper-parameters, tensors and tokenizer.
     Inspect {
         /// A path to a .gguf file or a known model name; default: the default model (pulled on first use).
@@ -128,6 +132,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Perplexity(args) => perplexity::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Serve(args) => serve::run(args),
+        Command::Synth(args) => synth::run(&args),
     }
 }
 
