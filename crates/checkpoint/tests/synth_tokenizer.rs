@@ -1,12 +1,15 @@
 //! The tokenizer `plumb synth` writes, read by plumb's own Hugging Face loader: it covers the
 //! config's whole vocabulary (every id the model can emit decodes), any UTF-8 text round-trips,
 //! merges shorten English text, the special tokens are where the config and generation files say,
-//! and the chat template renders into those special tokens.
+//! the chat template renders into those special tokens, and the ids equal Hugging Face
+//! `tokenizers`' on the same files (fixtures/synth, from tools/fixtures/synth_tok.py).
 
 use plumb_checkpoint::source::NoProgress;
-use plumb_checkpoint::synth::{SynthOptions, SynthPlan};
+use plumb_checkpoint::synth::{SynthOptions, SynthPlan, presets};
 use plumb_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerSpec};
-use std::path::Path;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
 
 fn tokenizer_of(dir: &Path) -> Tokenizer {
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
@@ -121,5 +124,49 @@ fn special_tokens_agree_across_the_files_and_the_template_renders() {
             assert!(ids.contains(&id), "{preset}: {t} in the rendered prompt {text:?}");
         }
         assert_eq!(tok.decode(&ids, false).unwrap(), text, "{preset}");
+    }
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn ids_equal_hugging_face_tokenizers() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/synth/tokenizer_cases.json");
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for m in fixture["models"].as_array().unwrap() {
+        let (preset, vocab) = (m["preset"].as_str().unwrap(), m["vocab_size"].as_u64().unwrap());
+        let mut config = (presets::preset(preset).unwrap().config)();
+        config["vocab_size"] = vocab.into();
+        let plan = SynthPlan::new(&config.to_string(), preset, SynthOptions::default()).unwrap();
+        let json = plan.tokenizer.tokenizer_json();
+        let sha = format!("{:x}", Sha256::digest(json.as_bytes()));
+        assert_eq!(
+            sha, m["tokenizer_json_sha256"],
+            "{preset} ({vocab}): the writer changed; regenerate with tools/fixtures/synth_tok.py"
+        );
+        let config_json = plan.tokenizer.tokenizer_config_json(2048);
+        let tok = Tokenizer::new(TokenizerSpec::from_hf_files(&json, Some(&config_json), None).unwrap()).unwrap();
+        let mut failures = Vec::new();
+        let cases = m["cases"].as_array().unwrap();
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            for (key, got) in [
+                ("ids", tok.encode(text, false, true)),
+                ("ids_split_special", tok.encode(text, false, false)),
+                ("ids_with_specials", tok.encode(text, true, true)),
+            ] {
+                if got != ids(&case[key]) {
+                    failures.push(format!("{text:?} {key}: got {got:?}, want {}", case[key]));
+                }
+            }
+            let decoded = tok.decode(&ids(&case["ids"]), false).unwrap();
+            if decoded != case["decoded"].as_str().unwrap() {
+                failures.push(format!("decode {text:?}: got {decoded:?}"));
+            }
+        }
+        assert!(cases.len() >= 200, "{preset}: {} cases", cases.len());
+        assert!(failures.is_empty(), "{preset} ({vocab}): {} differ:\n{}", failures.len(), failures.join("\n"));
     }
 }
