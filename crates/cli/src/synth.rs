@@ -44,7 +44,7 @@ fn presets_help() -> String {
         s.push_str(&format!("  {:<16} {}\n", p.name, p.about));
     }
     s.push_str(&format!("\n--config takes a config.json of: {}\n", arch::SUPPORTED));
-    s.push_str("\nExample: plumb synth --arch qwen3-0.6b /tmp/qwen3-0.6b && plumb run --model /tmp/qwen3-0.6b hello");
+    s.push_str("\nExample: plumb synth --arch llama-3.2-1b /tmp/llama-1b && plumb bench --model /tmp/llama-1b");
     s
 }
 
