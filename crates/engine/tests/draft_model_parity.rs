@@ -12,23 +12,8 @@ mod random_draft;
 mod smollm2;
 
 use drafts::*;
-use plumb_backend_cpu::CpuBackend;
-use plumb_checkpoint::GgufFile;
-use plumb_engine::{DraftModelConfig, DraftModelError, Engine, ModelProposer, Request};
+use plumb_engine::{DraftModelConfig, DraftModelError, ModelProposer, Request};
 use smollm2::default_model;
-
-/// `e` drafting with `file`'s model, k drafts per step, in a cache of `num_blocks` blocks.
-fn with_draft(e: &mut Engine<CpuBackend>, file: &GgufFile, k: usize, num_blocks: usize) {
-    let draft = plumb_models::load_model(file, e.backend()).unwrap();
-    let config = DraftModelConfig { k, block_size: 16, num_blocks, max_batch_tokens: 48 };
-    let vocab = e.model().config().vocab_size;
-    let p = ModelProposer::new(e.backend(), draft, vocab, config).unwrap();
-    e.set_proposer(Some(Box::new(p)));
-}
-
-fn random_draft() -> GgufFile {
-    GgufFile::open(random_draft::write(&default_model(), 5)).unwrap()
-}
 
 #[test]
 fn a_self_draft_is_always_accepted_and_changes_nothing() {

@@ -5,6 +5,8 @@
 
 #[path = "support/drafts.rs"]
 mod drafts;
+#[path = "support/random_draft.rs"]
+mod random_draft;
 #[path = "support/smollm2.rs"]
 mod smollm2;
 

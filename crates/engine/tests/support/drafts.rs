@@ -4,15 +4,37 @@
 
 use crate::smollm2::default_model;
 use plumb_backend_cpu::CpuBackend;
-use plumb_engine::{Engine, NgramConfig, NgramProposer, Proposer, Request};
+use plumb_checkpoint::GgufFile;
+use plumb_core::FullBackend;
+use plumb_engine::{DraftModelConfig, Engine, ModelProposer, NgramConfig, NgramProposer, Proposer, Request};
 use plumb_sampling::SamplingParams;
 use plumb_scheduler::{SchedulerConfig, SeqId};
 
 pub type Drafter = Option<Box<dyn Proposer<CpuBackend>>>;
 
+/// A backend the drafts tests run on.
+pub trait TestDevice: FullBackend + Sized + 'static {
+    fn open() -> Self;
+}
+
+impl TestDevice for CpuBackend {
+    fn open() -> Self {
+        CpuBackend::new(2)
+    }
+}
+
 pub fn engine(max_batch_tokens: usize, max_lanes: usize, proposer: Drafter) -> Engine<CpuBackend> {
+    engine_on(max_batch_tokens, max_lanes, proposer)
+}
+
+/// The default model on a fresh `B`, drafting with `proposer`.
+pub fn engine_on<B: TestDevice>(
+    max_batch_tokens: usize,
+    max_lanes: usize,
+    proposer: Option<Box<dyn Proposer<B>>>,
+) -> Engine<B> {
     let file = default_model();
-    let backend = CpuBackend::new(2);
+    let backend = B::open();
     let model = plumb_models::load_model(&file, &backend).unwrap();
     let config = SchedulerConfig {
         block_size: 16,
@@ -28,8 +50,22 @@ pub fn engine(max_batch_tokens: usize, max_lanes: usize, proposer: Drafter) -> E
     e
 }
 
-pub fn ngram(k: usize, n: usize) -> Drafter {
+pub fn ngram<B: FullBackend>(k: usize, n: usize) -> Option<Box<dyn Proposer<B>>> {
     Some(Box::new(NgramProposer::new(NgramConfig { k, n })))
+}
+
+/// `e` drafting with `file`'s model, k drafts per step, in a cache of `num_blocks` blocks.
+pub fn with_draft<B: FullBackend + 'static>(e: &mut Engine<B>, file: &GgufFile, k: usize, num_blocks: usize) {
+    let draft = plumb_models::load_model(file, e.backend()).unwrap();
+    let config = DraftModelConfig { k, block_size: 16, num_blocks, max_batch_tokens: 48 };
+    let vocab = e.model().config().vocab_size;
+    let p = ModelProposer::new(e.backend(), draft, vocab, config).unwrap();
+    e.set_proposer(Some(Box::new(p)));
+}
+
+/// A random-weight draft model with the default model's tokenizer.
+pub fn random_draft() -> GgufFile {
+    GgufFile::open(crate::random_draft::write(&default_model(), 5)).unwrap()
 }
 
 /// What a request produced: its tokens, finish reason, and the bits of every logits row.
@@ -41,7 +77,7 @@ pub struct Trace {
 }
 
 /// Runs every request, request i submitted before step `arrive[i]`; traces in order.
-pub fn run(engine: &mut Engine<CpuBackend>, reqs: &[Request], arrive: &[usize]) -> Vec<Trace> {
+pub fn run<B: FullBackend>(engine: &mut Engine<B>, reqs: &[Request], arrive: &[usize]) -> Vec<Trace> {
     let mut ids: Vec<Option<SeqId>> = vec![None; reqs.len()];
     let mut out = vec![Trace { tokens: vec![], logits: vec![], finished: None }; reqs.len()];
     let mut step = 0;
@@ -66,7 +102,12 @@ pub fn run(engine: &mut Engine<CpuBackend>, reqs: &[Request], arrive: &[usize]) 
 }
 
 pub fn undrafted(reqs: &[Request]) -> Vec<Trace> {
-    let mut e = engine(64, 1, None);
+    undrafted_on::<CpuBackend>(reqs)
+}
+
+/// Each request alone, without drafts.
+pub fn undrafted_on<B: TestDevice>(reqs: &[Request]) -> Vec<Trace> {
+    let mut e = engine_on::<B>(64, 1, None);
     reqs.iter().map(|r| run(&mut e, std::slice::from_ref(r), &[0]).remove(0)).collect()
 }
 
