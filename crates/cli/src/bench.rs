@@ -47,7 +47,7 @@ pub struct BenchArgs {
     /// With --concurrency: draw throughput and latency against concurrency as SVG into this file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// With --draft: time drafted against undrafted decoding of this chat prompt, A/B back to back
+    /// With --draft or --draft-model: time drafted against undrafted decoding of this chat prompt, A/B back to back
     /// (--gen-len tokens, greedy, --repetitions pairs), instead of the pp/tg tests.
     #[arg(long, value_name = "FILE")]
     pub prompt_file: Option<PathBuf>,

@@ -45,13 +45,7 @@ fn generate<B: OpenBackend>(
     }
     let (t0, n0) = first.context("the request produced no token")?;
     let decode_tokens_per_s = (tokens.len() - n0) as f64 / t0.elapsed().as_secs_f64();
-    let after = s.engine.draft_stats();
-    let drafts = DraftStats {
-        num_verify_steps: after.num_verify_steps - before.num_verify_steps,
-        num_draft_tokens: after.num_draft_tokens - before.num_draft_tokens,
-        num_accepted_tokens: after.num_accepted_tokens - before.num_accepted_tokens,
-        num_emitted_tokens: after.num_emitted_tokens - before.num_emitted_tokens,
-    };
+    let drafts = s.engine.draft_stats().since(&before);
     s.engine.set_proposer(None);
     Ok(Timed { tokens, decode_tokens_per_s, drafts })
 }

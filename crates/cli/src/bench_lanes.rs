@@ -119,7 +119,13 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     };
     let backend_name = backend.name();
     let threads = backend.num_threads();
-    let handle = EngineHandle::spawn(Engine::new(backend, model, config), lanes);
+    let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
+    let mut engine = Engine::new(backend, model, config);
+    if let Some(spec) = &drafter {
+        let tokenizer = plumb_engine::load::checkpoint_tokenizer(file.as_ref())?;
+        engine.set_proposer(Some(spec.proposer(&engine, &tokenizer)?));
+    }
+    let handle = EngineHandle::spawn(engine, lanes);
     eprintln!("benchmarking {} lanes on {backend_name} ...", path.display());
     round(&handle, &[crate::bench::tokens(16, vocab, 99)], 2)?;
     let mut results = Vec::new();
@@ -128,7 +134,8 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         let prompts: Vec<Vec<u32>> = (0..n)
             .map(|i| crate::bench::tokens(args.prompt_len, vocab, 10_000 * (level as u64 + 1) + i as u64))
             .collect();
-        let f = figures(n, &round(&handle, &prompts, args.gen_len)?);
+        let before = handle.stats().drafts;
+        let mut f = figures(n, &round(&handle, &prompts, args.gen_len)?);
         eprintln!(
             "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
             f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
@@ -138,6 +145,22 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
         );
+        if drafter.is_some() {
+            let d = handle.stats().drafts.since(&before);
+            f["drafts"] = json!({
+                "acceptance_rate": d.acceptance_rate(),
+                "tokens_per_verify_step": d.tokens_per_verify_step(),
+                "draft_tokens": d.num_draft_tokens,
+                "accepted_tokens": d.num_accepted_tokens,
+            });
+            eprintln!(
+                "    drafts: {} of {} accepted ({:.0}%), {:.2} tokens per verify step",
+                d.num_accepted_tokens,
+                d.num_draft_tokens,
+                100.0 * d.acceptance_rate(),
+                d.tokens_per_verify_step()
+            );
+        }
         results.push(f);
     }
     let figures = json!({
@@ -147,6 +170,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         "gen_len": args.gen_len,
         "step_tokens": args.step_tokens,
         "sampling": "greedy, end-of-turn ignored",
+        "draft": drafter.as_ref().map(ToString::to_string),
         "levels": results,
     });
     let sha = sha256_model(&path, &NoProgress)?;

@@ -35,7 +35,8 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Draft tokens with this proposer and verify them in one step: `ngram[:k=4,n=3]` (prompt
-    /// lookup). Answers are identical with or without it (run, chat, serve, bench).
+    /// lookup; see also --draft-model). Answers are identical with or without it (run, chat,
+    /// serve, bench).
     #[arg(long, value_name = "SPEC")]
     pub draft: Option<crate::draft::DraftSpec>,
     /// Draft tokens with this smaller model (a path or model name; it must share the model's

@@ -57,6 +57,16 @@ impl DraftStats {
         ratio(self.num_accepted_tokens, self.num_draft_tokens)
     }
 
+    /// The counts added since `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &DraftStats) -> DraftStats {
+        DraftStats {
+            num_verify_steps: self.num_verify_steps - earlier.num_verify_steps,
+            num_draft_tokens: self.num_draft_tokens - earlier.num_draft_tokens,
+            num_accepted_tokens: self.num_accepted_tokens - earlier.num_accepted_tokens,
+            num_emitted_tokens: self.num_emitted_tokens - earlier.num_emitted_tokens,
+        }
+    }
+
     /// Tokens a lane keeps per verify step (1 would be no gain over plain decoding).
     pub fn tokens_per_verify_step(&self) -> f64 {
         ratio(self.num_emitted_tokens, self.num_verify_steps)

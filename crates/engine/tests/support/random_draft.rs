@@ -26,7 +26,8 @@ const TOKENIZER_KEYS: &[&str] = &[
 /// Writes the draft for `target` (hidden size 64, 2 layers, weights from `seed`) to a fresh file.
 pub fn write(target: &GgufFile, seed: u64) -> PathBuf {
     let vocab = target.get_array("tokenizer.ggml.tokens").unwrap().len() as u64;
-    let (hidden, ffn, layers, heads, kv_heads) = (64u64, 128u64, 2u32, 4u32, 2u32);
+    // head_dim 32: the CUDA attention kernels take multiples of 32.
+    let (hidden, ffn, layers, heads, kv_heads) = (64u64, 128u64, 2u32, 2u32, 1u32);
     let head_dim = hidden / heads as u64;
     let mut w = GgufWriter::new();
     w.meta("general.architecture", MetaValue::String("llama".into()))
