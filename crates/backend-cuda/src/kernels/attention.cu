@@ -31,11 +31,11 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// meta (u32): positions [num_rows], row_lane [num_rows], table_start [num_lanes + 1], tables.
+// meta (u32): positions [num_rows], each row's offset of its block table [num_rows], tables.
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     attention(const float* __restrict__ q, const float* __restrict__ k_cache, const float* __restrict__ v_cache,
-              const u32* __restrict__ meta, int num_rows, int num_lanes, int num_heads, int num_kv_heads,
-              int head_dim, int block_size, float scale, float* __restrict__ out) {
+              const u32* __restrict__ meta, int num_rows, int num_heads, int num_kv_heads, int head_dim,
+              int block_size, float scale, float* __restrict__ out) {
     __shared__ float qs[ATT_WARPS][ATT_MAX_DIM];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int unit = blockIdx.x * ATT_WARPS + warp;
@@ -43,9 +43,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int row = unit / num_heads, head = unit % num_heads;
     const int kv_head = head / (num_heads / num_kv_heads);
     const u32* positions = meta;
-    const u32* row_lane = meta + num_rows;
-    const u32* table_start = meta + 2 * num_rows;
-    const u32* table = meta + 2 * num_rows + num_lanes + 1 + table_start[row_lane[row]];
+    const u32* table = meta + 2 * num_rows + meta[num_rows + row];
     const int ctx = (int)positions[row] + 1;
     const u64 stride = (u64)num_kv_heads * head_dim;
     const u64 base = (u64)kv_head * head_dim;
