@@ -93,6 +93,8 @@ pub struct CudaWeight {
     /// Device addresses of `_bytes` and `_dense`.
     pub(crate) ptr: u64,
     pub(crate) dense_ptr: Option<u64>,
+    /// This format's `linear`, `linear_split` and `embed` kernels (looked up once, not per op).
+    pub(crate) kernels: [CudaFunction; 3],
     _bytes: CudaSlice<u8>,
     _dense: Option<CudaSlice<f32>>,
 }
@@ -154,6 +156,7 @@ fn kernel_names() -> Vec<String> {
     for ty in GgmlType::DEQUANTIZABLE {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));
+        names.push(format!("linear_split_{s}"));
         names.push(format!("embed_{s}"));
     }
     names
@@ -382,6 +385,8 @@ impl Backend for CudaBackend {
         let bytes =
             self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).expect("CUDA upload failed");
         let ptr = bytes.device_ptr(&self.stream).0;
+        let suffix = type_suffix(src.ty).expect("checked by supports");
+        let kernels = ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone());
         let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
         Ok(CudaWeight {
             name: src.name,
@@ -391,6 +396,7 @@ impl Backend for CudaBackend {
             row_bytes,
             ptr,
             dense_ptr,
+            kernels,
             _bytes: bytes,
             _dense: dense,
         })

@@ -6,13 +6,18 @@
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d, type_suffix};
+use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, LinearOps, RopeOps};
 
 /// Output features per `linear` block and activation rows per block (kernels/linear.cu).
 const LIN_WARPS: usize = 8;
 const LIN_ROWS: usize = 16;
+/// `linear_split` (the same arithmetic with K chunks spread over warps): features per block, the
+/// most chunks its shared memory holds, and the most rows it is used for (decode and verify).
+const LIN_SPLIT_FEAT: usize = 4;
+const LIN_SPLIT_MAX_CHUNKS: usize = 64;
+const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// (row, head) units per attention block (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
 /// The largest head the attention kernel's per-lane registers hold.
@@ -42,13 +47,14 @@ impl CudaBackend {
         if x.padded_rows == 0 || w.rows == 0 {
             return;
         }
-        let name = format!("linear_{}", type_suffix(w.ty).expect("loaded weights have kernels"));
+        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
+        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
         let cfg = LaunchConfig {
-            grid_dim: (w.rows.div_ceil(LIN_WARPS) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
+            grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
             block_dim: (LIN_WARPS as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let l = Launch::new(self.kernel(&name), cfg)
+        let l = Launch::new(kernel, cfg)
             .ptr(x.ptr())
             .ptr(w.ptr)
             .u64(w.row_bytes as u64)
@@ -82,8 +88,7 @@ impl LinearOps for CudaBackend {
         let step = self.with_step(|s| (s.batch.token_ids == ids && s.padded_rows == padded).then_some(s.ids));
         // Padded rows embed token 0.
         let ids_dev = self.step_meta(step, || ids.iter().copied().chain(std::iter::repeat(0)).take(padded).collect());
-        let name = format!("embed_{}", type_suffix(table.ty).expect("loaded weights have kernels"));
-        let l = Launch::new(self.kernel(&name), Self::row_blocks(padded))
+        let l = Launch::new(&table.kernels[2], Self::row_blocks(padded))
             .ptr(ids_dev.ptr)
             .ptr(table.ptr)
             .u64(table.row_bytes as u64)

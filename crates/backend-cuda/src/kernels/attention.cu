@@ -17,6 +17,8 @@
 #define ATT_SPLIT 1024
 #define ATT_WARPS 4
 #define ATT_MAX_DIM 256
+// Positions whose V rows the P·V loop loads ahead of their fmafs.
+#define ATT_JU 8
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -36,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     attention(const float* __restrict__ q, const float* __restrict__ k_cache, const float* __restrict__ v_cache,
               const u32* __restrict__ meta, int num_rows, int num_heads, int num_kv_heads, int head_dim,
               int block_size, float scale, float* __restrict__ out) {
-    __shared__ float qs[ATT_WARPS][ATT_MAX_DIM];
+    __shared__ __align__(16) float qs[ATT_WARPS][ATT_MAX_DIM];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int unit = blockIdx.x * ATT_WARPS + warp;
     if (unit >= num_rows * num_heads) return;
@@ -59,19 +61,36 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int i = 0; i < ATT_MAX_DIM / 32; i++) acc_tot[i] = acc_s[i] = 0.0f;
 
     for (int t0 = 0; t0 < ctx; t0 += ATT_TILE) {
-        float s[2], e[2];
+        // Each lane's two positions of the tile (past the context: the last position, whose
+        // score is then discarded) and their cache slots, shared with the P·V loop below.
+        u32 slot[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int pos = t0 + 32 * h + lane;
-            s[h] = NEG_INF;
-            if (pos < ctx) {
-                const u64 slot = (u64)table[pos / block_size] * block_size + pos % block_size;
-                const float* kr = k_cache + slot * stride + base;
-                float dot = 0.0f;
-                for (int d = 0; d < head_dim; d++) dot = fmaf(qs[warp][d], kr[d], dot);
-                s[h] = __fmul_rn(dot, scale);
+            const int pos = min(t0 + 32 * h + lane, ctx - 1);
+            slot[h] = table[pos / block_size] * (u32)block_size + (u32)(pos % block_size);
+        }
+        // Both scores as two independent fmaf chains over ascending dims, four dims per load.
+        float dot[2] = {0.0f, 0.0f};
+        {
+            const float4* q4 = (const float4*)qs[warp];
+            const float4* k0 = (const float4*)(k_cache + (u64)slot[0] * stride + base);
+            const float4* k1 = (const float4*)(k_cache + (u64)slot[1] * stride + base);
+#pragma unroll 4
+            for (int d = 0; d < head_dim / 4; d++) {
+                const float4 qv = q4[d], a = k0[d], b = k1[d];
+                dot[0] = fmaf(qv.x, a.x, dot[0]);
+                dot[0] = fmaf(qv.y, a.y, dot[0]);
+                dot[0] = fmaf(qv.z, a.z, dot[0]);
+                dot[0] = fmaf(qv.w, a.w, dot[0]);
+                dot[1] = fmaf(qv.x, b.x, dot[1]);
+                dot[1] = fmaf(qv.y, b.y, dot[1]);
+                dot[1] = fmaf(qv.z, b.z, dot[1]);
+                dot[1] = fmaf(qv.w, b.w, dot[1]);
             }
         }
+        float s[2], e[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) s[h] = (t0 + 32 * h + lane < ctx) ? __fmul_rn(dot[h], scale) : NEG_INF;
         const float m_new = fmaxf(m_s, warp_max(fmaxf(s[0], s[1])));
         const float alpha = expf(m_s - m_new);
 #pragma unroll
@@ -82,11 +101,34 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
         for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
             if (i < nd) acc_s[i] = __fmul_rn(acc_s[i], alpha);
         }
-        for (int j = 0; j < tlen; j++) {
+        // P·V in ascending positions; ATT_JU positions' V rows are loaded before their fmafs,
+        // so the loads overlap (the fmaf order per element is unchanged).
+        int j = 0;
+        for (; j + ATT_JU <= tlen; j += ATT_JU) {
+            float p[ATT_JU], v[ATT_JU][ATT_MAX_DIM / 32];
+#pragma unroll
+            for (int u = 0; u < ATT_JU; u++) {
+                const int jj = j + u;
+                p[u] = __shfl_sync(0xffffffffu, jj < 32 ? e[0] : e[1], jj % 32);
+                const u32 sl = __shfl_sync(0xffffffffu, jj < 32 ? slot[0] : slot[1], jj % 32);
+                const float* vr = v_cache + (u64)sl * stride + base;
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+                    if (i < nd) v[u][i] = vr[32 * i + lane];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_JU; u++) {
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
+                    if (i < nd) acc_s[i] = fmaf(p[u], v[u][i], acc_s[i]);
+                }
+            }
+        }
+        for (; j < tlen; j++) {
             const float p = __shfl_sync(0xffffffffu, j < 32 ? e[0] : e[1], j % 32);
-            const int pos = t0 + j;
-            const u64 slot = (u64)table[pos / block_size] * block_size + pos % block_size;
-            const float* vr = v_cache + slot * stride + base;
+            const u32 sl = __shfl_sync(0xffffffffu, j < 32 ? slot[0] : slot[1], j % 32);
+            const float* vr = v_cache + (u64)sl * stride + base;
 #pragma unroll
             for (int i = 0; i < ATT_MAX_DIM / 32; i++) {
                 if (i < nd) acc_s[i] = fmaf(p, vr[32 * i + lane], acc_s[i]);
