@@ -150,9 +150,12 @@ fn type_suffix(ty: GgmlType) -> Option<&'static str> {
 /// Every kernel the module defines.
 fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
-        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv", "attention"]
+        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv"]
             .map(String::from)
             .into();
+    for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
+        names.push(format!("attention_{head_dim}"));
+    }
     for ty in GgmlType::DEQUANTIZABLE {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));

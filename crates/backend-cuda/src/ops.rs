@@ -332,7 +332,8 @@ impl AttentionOps for CudaBackend {
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let l = Launch::new(self.kernel("attention"), cfg)
+        // One kernel per head size (kernels/attention.cu): `check_head_dim` admits exactly those.
+        let l = Launch::new(self.kernel(&format!("attention_{}", spec.head_dim)), cfg)
             .ptr(q.ptr())
             .ptr(kv.k_ptrs[layer])
             .ptr(kv.v_ptrs[layer])
@@ -340,7 +341,6 @@ impl AttentionOps for CudaBackend {
             .i32(padded as i32)
             .i32(num_heads as i32)
             .i32(spec.num_kv_heads as i32)
-            .i32(spec.head_dim as i32)
             .i32(spec.block_size as i32)
             .f32(scale)
             .ptr(out.ptr());
