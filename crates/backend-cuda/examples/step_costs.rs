@@ -82,10 +82,17 @@ fn main() {
         let bytes = HostBytes::from_vec(weight_bytes(&mut rng, GgmlType::Q4_1, rows, cols));
         b.load_weight(WeightSource { name: format!("{rows}x{cols}"), ty: GgmlType::Q4_1, rows, cols, bytes }).unwrap()
     };
-    let (wq, wk, wg, wd, head) = (weight(576, 576), weight(192, 576), weight(1536, 576), weight(576, 1536), weight(49152, 576));
+    let (wq, wk, wg, wd, head) =
+        (weight(576, 576), weight(192, 576), weight(1536, 576), weight(576, 1536), weight(49152, 576));
     let h = b.upload(&vec![0.5f32; 576], 1, 576);
     let ff = b.upload(&vec![0.5f32; 1536], 1, 1536);
-    for (w, x, what) in [(&wq, &h, "576x576"), (&wk, &h, "192x576"), (&wg, &h, "1536x576"), (&wd, &ff, "576x1536"), (&head, &h, "49152x576 (head)")] {
+    for (w, x, what) in [
+        (&wq, &h, "576x576"),
+        (&wk, &h, "192x576"),
+        (&wg, &h, "1536x576"),
+        (&wd, &ff, "576x1536"),
+        (&head, &h, "49152x576 (head)"),
+    ] {
         let mut out = b.tensor(1, w.rows);
         time(&format!("linear Q4_1 {what}, 1 row"), &mut || b.linear(x, w, &mut out));
     }

@@ -196,11 +196,8 @@ impl ElementwiseOps for CudaBackend {
         if n == 0 {
             return;
         }
-        let l = Launch::new(self.kernel("silu_mul"), grid_1d(n))
-            .ptr(gate.ptr())
-            .ptr(up.ptr())
-            .ptr(out.ptr())
-            .u64(n as u64);
+        let l =
+            Launch::new(self.kernel("silu_mul"), grid_1d(n)).ptr(gate.ptr()).ptr(up.ptr()).ptr(out.ptr()).u64(n as u64);
         self.submit(l);
     }
 }
@@ -276,7 +273,8 @@ impl AttentionOps for CudaBackend {
             return;
         }
         let kv_id = crate::step::kv_id(kv);
-        let step = self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.slots));
+        let step =
+            self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.slots));
         // Padded rows write the pad block, which no real row reads.
         let pad_slot = kv.pad_block() * kv.spec.block_size as u32;
         let slots = self.step_meta(step, || {
@@ -324,8 +322,8 @@ impl AttentionOps for CudaBackend {
             return;
         }
         let kv_id = crate::step::kv_id(kv);
-        let step =
-            self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));
+        let step = self
+            .with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));
         let meta = self.step_meta(step, || attention_meta(batch, padded, kv.pad_block()));
         let cfg = LaunchConfig {
             grid_dim: ((padded * num_heads).div_ceil(ATT_WARPS) as u32, 1, 1),

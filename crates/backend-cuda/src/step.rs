@@ -29,7 +29,11 @@ pub type GraphKey = (usize, u64);
 pub enum Op {
     Kernel(Launch),
     /// A copy of `bytes` from pinned host memory at `src` to device address `dst`.
-    HtoD { dst: u64, src: usize, bytes: usize },
+    HtoD {
+        dst: u64,
+        src: usize,
+        bytes: usize,
+    },
 }
 
 /// The current step: the batch it was begun with and where its metadata sits on the device.

@@ -25,7 +25,9 @@ type Step = Vec<(usize, u32)>;
 /// the decode `steps`.
 fn run(b: &CudaBackend, model: &dyn CausalLm<CudaBackend>, prompts: &[Vec<u32>], steps: &[Step]) -> Vec<Vec<f32>> {
     let lanes: Vec<LaneView> = (0..LANES)
-        .map(|l| LaneView { block_table: (0..BLOCKS_PER_LANE as u32).map(|i| (l * BLOCKS_PER_LANE) as u32 + i).collect() })
+        .map(|l| LaneView {
+            block_table: (0..BLOCKS_PER_LANE as u32).map(|i| (l * BLOCKS_PER_LANE) as u32 + i).collect(),
+        })
         .collect();
     let mut kv = b.new_kv_cache(&model.kv_spec(BLOCK, LANES * BLOCKS_PER_LANE));
     let mut lens = vec![0usize; LANES];

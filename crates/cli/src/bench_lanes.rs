@@ -4,9 +4,9 @@
 //! SVG plot; a peer receipt (llama-server, same prompts and lengths) can be drawn beside it.
 
 use crate::bench::BenchArgs;
+use crate::session::OpenBackend;
 use crate::{plot, receipt};
 use anyhow::{Context, Result, bail};
-use crate::session::OpenBackend;
 use plumb_checkpoint::Checkpoint;
 use plumb_checkpoint::source::{NoProgress, sha256_model};
 use plumb_engine::{Engine, EngineHandle, Event, Request};
