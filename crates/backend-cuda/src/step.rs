@@ -53,7 +53,7 @@ pub struct Step {
     pub attn_meta: u64,
     /// Pinned staging and device space for this step's RoPE table (one table per step).
     pub rope_src: usize,
-    pub rope_dst_bytes: usize,
+    pub rope_capacity: usize,
     pub rope_used: bool,
     /// `Some(key)` while the step's launches are being recorded for a graph.
     pub recording: Option<GraphKey>,

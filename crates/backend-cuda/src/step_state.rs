@@ -123,7 +123,7 @@ impl CudaBackend {
             logits_rows: at(logits),
             attn_meta: at(attn),
             rope_src: src + meta_bytes,
-            rope_dst_bytes: rope_bytes(padded, kv.spec.head_dim),
+            rope_capacity: rope_bytes(padded, kv.spec.head_dim),
             rope_used: false,
             recording,
         });
@@ -150,7 +150,7 @@ impl CudaBackend {
         let (padded, src) = {
             let st = self.lock_state();
             let s = st.step.as_ref()?;
-            let fits = s.padded_rows * 2 * half * 4 <= s.rope_dst_bytes;
+            let fits = s.padded_rows * 2 * half * 4 <= s.rope_capacity;
             if s.rope_used || !fits || s.batch.positions != positions {
                 return None;
             }

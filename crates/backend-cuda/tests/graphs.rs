@@ -30,7 +30,7 @@ fn run(b: &CudaBackend, model: &dyn CausalLm<CudaBackend>, prompts: &[Vec<u32>],
         })
         .collect();
     let mut kv = b.new_kv_cache(&model.kv_spec(BLOCK, LANES * BLOCKS_PER_LANE));
-    let mut lens = vec![0usize; LANES];
+    let mut lens = [0usize; LANES];
     let mut out = Vec::new();
     for (lane, prompt) in prompts.iter().enumerate() {
         let mut batch = ForwardBatch::single_lane(prompt, 0, BLOCK, lanes[lane].block_table.clone());
