@@ -51,7 +51,8 @@ pub struct Step {
     pub slots: u64,
     pub logits_rows: u64,
     pub attn_meta: u64,
-    /// Pinned staging and device space for this step's RoPE table (one table per step).
+    /// Where this step's RoPE table is staged in pinned memory, and the bytes it may take (one
+    /// table per step).
     pub rope_src: usize,
     pub rope_capacity: usize,
     pub rope_used: bool,
