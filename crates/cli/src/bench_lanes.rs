@@ -4,12 +4,11 @@
 //! SVG plot; a peer receipt (llama-server, same prompts and lengths) can be drawn beside it.
 
 use crate::bench::BenchArgs;
+use crate::session::OpenBackend;
 use crate::{plot, receipt};
 use anyhow::{Context, Result, bail};
-use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::Checkpoint;
 use plumb_checkpoint::source::{NoProgress, sha256_model};
-use plumb_core::Backend;
 use plumb_engine::{Engine, EngineHandle, Event, Request};
 use plumb_sampling::SamplingParams;
 use plumb_scheduler::SchedulerConfig;
@@ -97,13 +96,17 @@ fn figures(n: usize, t: &[Timings]) -> Value {
 }
 
 pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
-    let started = receipt::Started::now();
     if levels.is_empty() || levels.contains(&0) {
         bail!("--concurrency takes a list of positive counts, e.g. 1,4,8,16");
     }
+    crate::on_device!(args.model.device, B => run_on::<B>(args, levels))
+}
+
+fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
+    let started = receipt::Started::now();
     let path = crate::resolve_model(args.model.model.as_deref())?;
     let file = Checkpoint::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let backend = <CpuBackend as crate::session::OpenBackend>::open(&args.model)?;
+    let backend = B::open(&args.model)?;
     let model = plumb_models::load_model(&file, &backend)?;
     let vocab = model.config().vocab_size;
     let lanes = *levels.iter().max().expect("non-empty");
@@ -118,7 +121,8 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         enable_prefix_cache: true,
     };
     let backend_name = backend.name();
-    let threads = backend.num_threads();
+    let threads = backend.threads();
+    let device = backend.device_info();
     let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
     let mut engine = Engine::new(backend, model, config);
     if let Some(spec) = &drafter {
@@ -166,6 +170,7 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let figures = json!({
         "backend": backend_name,
         "threads": threads,
+        "device": device,
         "prompt_len": args.prompt_len,
         "gen_len": args.gen_len,
         "step_tokens": args.step_tokens,

@@ -146,6 +146,12 @@ impl OpenBackend for CudaBackend {
             "driver_cuda_version": self.driver_version(),
             "nvrtc_version": self.nvrtc_version(),
             "kernels_from_disk_cache": self.kernels_cached,
+            "cuda_graphs": self.graphs_enabled(),
+            "graph_steps": {
+                "captured": self.graph_stats().num_captured,
+                "replayed": self.graph_stats().num_replayed,
+                "eager": self.graph_stats().num_eager,
+            },
         })
     }
 }

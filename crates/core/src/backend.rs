@@ -51,7 +51,8 @@ pub trait Backend: Send + Sync {
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;
     fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
-    /// A zeroed [rows, cols] tensor.
+    /// A [rows, cols] tensor for an op to write. Its contents are unspecified until then (a
+    /// device backend hands out recycled memory; the CPU backends zero it).
     fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
     /// Copies host data in (`data.len() == rows * cols`).
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
@@ -62,6 +63,13 @@ pub trait Backend: Send + Sync {
         self.download(t).into_iter().map(f64::from).collect()
     }
     fn new_kv_cache(&self, spec: &KvSpec) -> Self::KvCache;
+    /// Called by the model once at the start of every forward pass, before any op of the step,
+    /// with the step's batch and KV cache. A device backend uploads the batch's metadata here once
+    /// instead of per op, and may run the step as one recorded unit (CUDA graphs) that it submits
+    /// at the first host read. The CPU and reference backends need nothing.
+    fn begin_step(&self, batch: &ForwardBatch, kv: &Self::KvCache) {
+        let _ = (batch, kv);
+    }
 }
 
 /// Matrix products and lookups over any weight format.

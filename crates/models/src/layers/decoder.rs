@@ -82,6 +82,7 @@ impl<B: FullBackend> Decoder<B> {
     ) -> B::Tensor {
         let c = &self.config;
         let (n, hidden, eps) = (batch.num_rows(), c.hidden_size, c.rms_norm_eps as f32);
+        b.begin_step(batch, kv);
         let mut x = b.tensor(n, hidden);
         b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
         let rope = b.rope_table(&batch.positions, &self.inv_freq);

@@ -68,6 +68,9 @@ impl Backend for Faulty {
     fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
         self.inner.new_kv_cache(spec)
     }
+    fn begin_step(&self, batch: &ForwardBatch, kv: &CpuKvCache) {
+        self.inner.begin_step(batch, kv)
+    }
 }
 
 impl LinearOps for Faulty {
