@@ -28,8 +28,8 @@ pub enum BackendError {
     BadWeight { name: String, why: String },
     #[error("backend `{backend}` cannot run attention heads of {head_dim} dimensions ({why})")]
     UnsupportedHeadDim { backend: String, head_dim: usize, why: String },
-    #[error("backend `{backend}` has no {group} kernels yet, which the `{family}` family needs")]
-    MissingOpGroup { backend: String, group: &'static str, family: String },
+    #[error("backend `{backend}` has no {group} kernels yet, which {needed_by} needs")]
+    MissingOpGroup { backend: String, group: &'static str, needed_by: String },
 }
 
 /// Shape of a backend tensor.

@@ -1,5 +1,6 @@
 //! Hugging Face model folders (config.json + safetensors, rotate-half RoPE) against transformers'
-//! true float64 logits: the tiny random Qwen3 of fixtures/qwen3 (per-head QK RMSNorm, untied head)
+//! true float64 logits: the tiny random Qwen3 of fixtures/qwen3 (per-head QK RMSNorm, untied head),
+//! the tiny random Qwen3-MoE of fixtures/qwen3_moe (8 experts top-2 in two layers, one dense layer)
 //! and the HF copies of fixtures/llama_variants (the same models plumb also reads as llama.cpp
 //! GGUF, there with Q/K rows permuted into adjacent pairs). plumb's float64 graph and the CPU
 //! backend are compared on every position of every prompt, with the float64 greedy continuation.
@@ -77,6 +78,13 @@ fn compare(dir: &Path) -> (f64, f64, f64) {
 #[test]
 fn qwen3_folder_matches_transformers_float64() {
     let (reference, cpu, floor) = compare(&fixtures().join("qwen3"));
+    assert!(reference < 1e-10, "float64 graph vs transformers: {reference:e}");
+    assert!(cpu < 4.0 * floor, "cpu {cpu:e} vs 4× the float32 floor {floor:e}");
+}
+
+#[test]
+fn qwen3_moe_folder_matches_transformers_float64() {
+    let (reference, cpu, floor) = compare(&fixtures().join("qwen3_moe"));
     assert!(reference < 1e-10, "float64 graph vs transformers: {reference:e}");
     assert!(cpu < 4.0 * floor, "cpu {cpu:e} vs 4× the float32 floor {floor:e}");
 }
