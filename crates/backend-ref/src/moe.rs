@@ -58,3 +58,42 @@ impl<T: RefFloat> MoeOps for RefBackend<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plumb_core::Backend;
+
+    fn route(scores: &[f64], k: usize, renormalize: bool) -> (Vec<u32>, Vec<f64>) {
+        let b = RefBackend::<f64>::new(1);
+        let logits = RefTensor { rows: 1, cols: scores.len(), data: scores.to_vec() };
+        let mut w = b.tensor(1, k);
+        let ids = b.router_topk(&logits, k, renormalize, &mut w);
+        (ids, w.data)
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_expert_index_and_nan_ranks_first() {
+        assert_eq!(route(&[0.5, 2.0, -1.0, 2.0, 3.0, 2.0], 3, false).0, [4, 1, 3]);
+        assert_eq!(route(&[1.0, 1.0, 1.0, 1.0], 2, true).0, [0, 1]);
+        assert_eq!(route(&[-0.0, 0.0, -1.0], 2, true).0, [0, 1]);
+        let (ids, w) = route(&[1.0, f64::NAN, 5.0], 2, true);
+        assert_eq!(ids, [1, 2]);
+        assert!(w.iter().all(|x| x.is_nan()), "a NaN score reaches the weights: {w:?}");
+    }
+
+    #[test]
+    fn weights_are_the_softmax_over_all_experts_or_over_the_chosen() {
+        let scores = [0.0, 1.0, 2.0_f64.ln() + 1.0, -3.0];
+        // exp-proportional: e^0, e^1, 2e^1, e^-3.
+        let total = 1.0 + std::f64::consts::E * 3.0 + (-3.0f64).exp();
+        let (ids, w) = route(&scores, 2, false);
+        assert_eq!(ids, [2, 1]);
+        assert!(
+            (w[0] - 2.0 * std::f64::consts::E / total).abs() < 1e-15
+                && (w[1] - std::f64::consts::E / total).abs() < 1e-15
+        );
+        let (_, w) = route(&scores, 2, true);
+        assert!((w[0] - 2.0 / 3.0).abs() < 1e-15 && (w[1] - 1.0 / 3.0).abs() < 1e-15, "{w:?}");
+    }
+}

@@ -89,6 +89,44 @@ fn qwen3_moe_folder_matches_transformers_float64() {
     assert!(cpu < 4.0 * floor, "cpu {cpu:e} vs 4× the float32 floor {floor:e}");
 }
 
+/// The worst float64 NRMS against the fixture of the qwen3_moe folder with `edit` applied to its
+/// config.json, on the first prompt.
+fn qwen3_moe_edited(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> f64 {
+    let src = fixtures().join("qwen3_moe");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join("hf").join(name), dir.path().join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("hf/config.json")).unwrap();
+    let Value::Object(mut config) = serde_json::from_str(&text).unwrap() else { unreachable!() };
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), Value::Object(config).to_string()).unwrap();
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(src.join("manifest.json")).unwrap()).unwrap();
+    let p = &m["prompts"][0];
+    let mut tokens = ids(&p["prompt_ids"]);
+    tokens.extend(ids(&p["greedy_f64"]));
+    let want = read_floats(&src.join(p["files"]["logits_f64"]["file"].as_str().unwrap()), 8);
+    let got = logits(&HfCheckpoint::open(dir.path()).unwrap(), &RefBackend::<f64>::new(2), &tokens);
+    let vocab = want.len() / tokens.len();
+    (0..tokens.len())
+        .map(|r| nrms(&got[r * vocab..(r + 1) * vocab], &want[r * vocab..(r + 1) * vocab]))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn the_qwen3_moe_fixture_tells_the_routing_settings_apart() {
+    // The fixture as it is: the float64 graph agrees to rounding.
+    assert!(qwen3_moe_edited(|_| {}) < 1e-10);
+    // Each wrong routing setting moves the logits far beyond that.
+    let wrong: [(&str, Value); 3] =
+        [("norm_topk_prob", false.into()), ("num_experts_per_tok", 3.into()), ("num_experts_per_tok", 1.into())];
+    for (key, value) in wrong {
+        let err = qwen3_moe_edited(|c| drop(c.insert(key.into(), value.clone())));
+        eprintln!("{key} = {value}: float64 NRMS {err:.3e}");
+        assert!(err > 1e-3, "{key} = {value}: {err:e}");
+    }
+}
+
 #[test]
 fn llama_folders_match_transformers_float64_in_rotate_half_layout() {
     for model in ["llama3_rope", "llama_bias"] {
