@@ -48,8 +48,8 @@ fn run(
         let mut batch =
             ForwardBatch { block_size: BLOCK, lanes: (0..seqs.len()).map(lane).collect(), ..Default::default() };
         for &(l, start, len) in spans {
-            for p in start..start + len {
-                batch.push_row(l, seqs[l][p], p);
+            for (p, &token) in seqs[l].iter().enumerate().skip(start).take(len) {
+                batch.push_row(l, token, p);
             }
         }
         batch.logits_rows = (0..batch.num_rows() as u32).collect();
