@@ -6,7 +6,7 @@
 #   tools/device/gpu-run.sh BIN_DIR OUT_DIR [MODEL.gguf]
 #
 # BIN_DIR holds `plumb` and the test binaries of `cargo test --release -p plumb-backend-cuda
-# --no-run`, named compile, conformance, row_invariance (tools/device/stage.sh copies them).
+# --no-run`, named compile, conformance, row_invariance, graphs (tools/device/stage.sh copies them).
 # Without MODEL only the tests run. PHASES (default "env tests check bench") picks phases;
 # CHECK_ARGS adds arguments to plumb check (e.g. --quick). Run it from the repository root, so
 # plumb check finds fixtures/smollm2. Exit status: non-zero if any phase failed.
@@ -40,7 +40,7 @@ fi
 
 if has tests; then
     phase tests
-    for t in compile conformance row_invariance; do
+    for t in compile conformance row_invariance graphs; do
         echo "-- $t"
         SECONDS=0
         if ! "$BIN/$t" --nocapture --test-threads 1; then status=1; echo "FAILED: $t"; fi

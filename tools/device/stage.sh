@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # stage.sh — builds what tools/device/gpu-run.sh runs and copies it into one folder:
 # the release `plumb` binary and the CUDA backend's test binaries (compile, conformance,
-# row_invariance), plus gpu-run.sh itself.
+# row_invariance, graphs), plus gpu-run.sh itself.
 #
 #   tools/device/stage.sh DEST_DIR
 #
@@ -21,7 +21,7 @@ for line in sys.stdin:
     m = json.loads(line)
     exe = m.get("executable")
     name = m.get("target", {}).get("name")
-    if exe and m.get("target", {}).get("kind") == ["test"] and name in ("compile", "conformance", "row_invariance"):
+    if exe and m.get("target", {}).get("kind") == ["test"] and name in ("compile", "conformance", "row_invariance", "graphs"):
         shutil.copy(exe, f"{dest}/{name}")
         print(f"staged {name}")
 ' "$DEST"

@@ -8,6 +8,7 @@ mod dequant;
 mod elementwise;
 mod fused;
 mod linear;
+mod moe;
 mod pool;
 pub mod simd;
 mod weights;
@@ -17,8 +18,8 @@ pub use pool::Pool;
 pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LinearOps, RopeOps,
-    Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LinearOps, MoeOps,
+    RopeOps, Shape, WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -209,6 +210,10 @@ impl Backend for CpuBackend {
 
     fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
         CpuKvCache::new(spec)
+    }
+
+    fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
     }
 }
 

@@ -1,10 +1,12 @@
 //! The paged KV cache on the device (f32, the `KvSpec` layout: per layer, K and V each
-//! [num_slots, num_kv_heads · head_dim]) and the per-batch metadata attention reads.
+//! [num_slots, num_kv_heads · head_dim]) plus one spare *pad block* past the last block, which
+//! the padded rows of a graph step write and read; and the per-batch metadata attention reads.
 //! Invariant: a slot is written only by `write_kv` of the row that owns it, before attention of
-//! that layer reads it; attention always reads back the stored form.
+//! that layer reads it; attention always reads back the stored form; no real row's block table
+//! names the pad block.
 
 use crate::CudaBackend;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use plumb_core::{ForwardBatch, KvSpec};
 
 /// K and V for every layer, on the device.
@@ -13,23 +15,30 @@ pub struct CudaKvCache {
     pub spec: KvSpec,
     pub(crate) k: Vec<CudaSlice<f32>>,
     pub(crate) v: Vec<CudaSlice<f32>>,
+    /// Device addresses of `k` and `v`, per layer.
+    pub(crate) k_ptrs: Vec<u64>,
+    pub(crate) v_ptrs: Vec<u64>,
 }
 
 impl CudaKvCache {
-    /// Zeroed storage for `spec`.
+    /// Zeroed storage for `spec`, plus the pad block.
     pub fn new(backend: &CudaBackend, spec: &KvSpec) -> Self {
-        let per_layer = (spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim).max(1);
+        let per_layer = (spec.num_blocks + 1) * spec.block_size * spec.num_kv_heads * spec.head_dim;
         let alloc = || {
             backend
                 .stream
                 .alloc_zeros::<f32>(per_layer)
                 .expect("CUDA allocation of the KV cache failed (out of device memory?)")
         };
-        CudaKvCache {
-            spec: *spec,
-            k: (0..spec.num_layers).map(|_| alloc()).collect(),
-            v: (0..spec.num_layers).map(|_| alloc()).collect(),
-        }
+        let k: Vec<CudaSlice<f32>> = (0..spec.num_layers).map(|_| alloc()).collect();
+        let v: Vec<CudaSlice<f32>> = (0..spec.num_layers).map(|_| alloc()).collect();
+        let ptrs = |s: &[CudaSlice<f32>]| s.iter().map(|s| s.device_ptr(&backend.stream).0).collect();
+        CudaKvCache { spec: *spec, k_ptrs: ptrs(&k), v_ptrs: ptrs(&v), k, v }
+    }
+
+    /// The spare block padded rows use (never in a block table).
+    pub fn pad_block(&self) -> u32 {
+        self.spec.num_blocks as u32
     }
 
     /// Bytes of device memory the cache holds.
@@ -38,23 +47,29 @@ impl CudaKvCache {
     }
 }
 
-/// The attention kernel's metadata, packed into one buffer so each call uploads once:
-/// positions [num_rows], row_lane [num_rows], table_start [num_lanes + 1], then every lane's
-/// block table back to back.
-pub fn attention_meta(batch: &ForwardBatch) -> Vec<u32> {
+/// The attention kernel's metadata for `padded` rows (`padded >= batch.num_rows()`), packed into
+/// one buffer: positions [padded], each row's block-table offset [padded] into the tables that
+/// follow: every lane's block table back to back, then the pad table `[pad_block]`. Padded rows
+/// sit at position 0 of the pad table.
+pub fn attention_meta(batch: &ForwardBatch, padded: usize, pad_block: u32) -> Vec<u32> {
     let (rows, lanes) = (batch.num_rows(), batch.lanes.len());
-    let mut meta = Vec::with_capacity(2 * rows + lanes + 1 + lanes * 8);
-    meta.extend_from_slice(&batch.positions);
-    meta.extend_from_slice(&batch.row_lane);
+    assert!(padded >= rows, "attention metadata: fewer padded rows than rows");
+    let mut starts = Vec::with_capacity(lanes);
     let mut start = 0u32;
     for lane in &batch.lanes {
-        meta.push(start);
+        starts.push(start);
         start += lane.block_table.len() as u32;
     }
-    meta.push(start);
+    let pad_table = start;
+    let mut meta = Vec::with_capacity(2 * padded + start as usize + 1);
+    meta.extend_from_slice(&batch.positions);
+    meta.resize(padded, 0);
+    meta.extend(batch.row_lane.iter().map(|&l| starts[l as usize]));
+    meta.resize(2 * padded, pad_table);
     for lane in &batch.lanes {
         meta.extend_from_slice(&lane.block_table);
     }
+    meta.push(pad_block);
     meta
 }
 
@@ -64,7 +79,7 @@ mod tests {
     use plumb_core::LaneView;
 
     #[test]
-    fn meta_packs_positions_lanes_and_tables() {
+    fn meta_packs_positions_table_offsets_and_tables() {
         let mut b = ForwardBatch {
             block_size: 4,
             lanes: vec![LaneView { block_table: vec![7] }, LaneView { block_table: vec![2, 5] }],
@@ -72,6 +87,7 @@ mod tests {
         };
         b.push_row(1, 0, 5);
         b.push_row(0, 0, 1);
-        assert_eq!(attention_meta(&b), vec![5, 1, 1, 0, 0, 1, 3, 7, 2, 5]);
+        assert_eq!(attention_meta(&b, 2, 9), vec![5, 1, 1, 0, 7, 2, 5, 9]);
+        assert_eq!(attention_meta(&b, 3, 9), vec![5, 1, 0, 1, 0, 3, 7, 2, 5, 9]);
     }
 }

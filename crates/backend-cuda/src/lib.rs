@@ -1,24 +1,37 @@
 //! plumb-backend-cuda: the CUDA backend. Kernels are CUDA C++ (`src/kernels/*.cu`) compiled by
 //! NVRTC at run time for the device's architecture and cached on disk (`compile`); the driver and
 //! NVRTC are loaded at run time, so the crate builds, and its tests skip, on machines without CUDA.
-//! Activations, weights (in their checkpoint format) and the paged KV cache (f32) live on the
-//! device; all work runs in order on one stream.
+//! Activations (from a caching pool, `pool`), weights (in their checkpoint format) and the paged
+//! KV cache (f32) live on the device; all work runs in order on one stream. A forward pass is a
+//! step (`step`): its metadata is uploaded once, and decode steps are recorded and replayed as
+//! CUDA graphs (`graph`; `PLUMB_CUDA_GRAPHS=0` turns them off).
 //! Invariant (GPU.md): every op has one canonical arithmetic per output element, fixed by the op,
 //! the dtypes and the model's shapes — never by the number of rows, a row's place in the batch,
-//! chunking or the launch shape — so row r of any batch is bit-identical to that row alone.
+//! chunking or the launch shape — so row r of any batch is bit-identical to that row alone, and a
+//! replayed graph is bit-identical to the same launches run one by one.
 //! Device failures inside an op (out of memory, a faulted kernel) panic with the driver's error:
 //! the backend traits are infallible today (see `CudaError`).
 
 mod compile;
+mod graph;
 mod kv;
+mod launch;
 mod ops;
+mod pool;
+mod step;
+mod step_state;
 
+pub use graph::GraphStats;
 pub use kv::CudaKvCache;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig};
-use plumb_core::{Backend, BackendError, GgmlType, KvSpec, Shape, WeightSource};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
+};
+use plumb_core::{Backend, BackendError, ForwardBatch, GgmlType, KvSpec, Shape, WeightSource};
+use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Why the CUDA backend could not start. Errors during a step panic instead, because the backend
 /// traits are infallible; making allocation and transfer fallible is the planned trait reshape.
@@ -42,12 +55,21 @@ fn driver(during: &'static str) -> impl FnOnce(DriverError) -> CudaError {
     move |source| CudaError::Driver { during, source }
 }
 
-/// An activation tensor on the device: [rows, cols] f32, row-major.
+/// An activation tensor on the device: [rows, cols] f32, row-major, in a pool buffer that holds
+/// `padded_rows >= rows` rows: a tensor of a padded step (`step`) carries the step's pad rows
+/// after its real ones, and every kernel runs over all of them.
 #[derive(Debug)]
 pub struct CudaTensor {
     pub rows: usize,
     pub cols: usize,
-    pub(crate) buf: CudaSlice<f32>,
+    pub(crate) padded_rows: usize,
+    pub(crate) buf: DeviceBuf,
+}
+
+impl CudaTensor {
+    pub(crate) fn ptr(&self) -> u64 {
+        self.buf.ptr
+    }
 }
 
 impl Shape for CudaTensor {
@@ -68,8 +90,13 @@ pub struct CudaWeight {
     pub rows: usize,
     pub cols: usize,
     pub(crate) row_bytes: usize,
-    pub(crate) bytes: CudaSlice<u8>,
-    pub(crate) dense: Option<CudaSlice<f32>>,
+    /// Device addresses of `_bytes` and `_dense`.
+    pub(crate) ptr: u64,
+    pub(crate) dense_ptr: Option<u64>,
+    /// This format's `linear`, `linear_split` and `embed` kernels (looked up once, not per op).
+    pub(crate) kernels: [CudaFunction; 3],
+    _bytes: CudaSlice<u8>,
+    _dense: Option<CudaSlice<f32>>,
 }
 
 impl Shape for CudaWeight {
@@ -94,6 +121,9 @@ pub struct CudaBackend {
     nvrtc_version: (i32, i32),
     /// Whether the kernels came from the disk cache (false: NVRTC compiled them now).
     pub kernels_cached: bool,
+    pub(crate) pool: Arc<Mutex<Pool>>,
+    pub(crate) state: Mutex<step_state::State>,
+    graphs_enabled: AtomicBool,
 }
 
 /// Formats with kernels: every format plumb dequantizes exactly.
@@ -120,12 +150,16 @@ fn type_suffix(ty: GgmlType) -> Option<&'static str> {
 /// Every kernel the module defines.
 fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> =
-        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv", "attention"]
+        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv"]
             .map(String::from)
             .into();
+    for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
+        names.push(format!("attention_{head_dim}"));
+    }
     for ty in GgmlType::DEQUANTIZABLE {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));
+        names.push(format!("linear_split_{s}"));
         names.push(format!("embed_{s}"));
     }
     names
@@ -155,7 +189,8 @@ impl CudaBackend {
         // SAFETY: the backend uses one stream only, so no buffer is ever shared between streams and
         // the cross-stream events cudarc would record are not needed.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of its own (not the legacy default stream, which cannot be captured).
+        let stream = ctx.new_stream().map_err(driver("creating the stream"))?;
         let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
         let arch = compile::arch_name(major, minor);
         let (image, kernels_cached) = compile::cubin(&arch)?;
@@ -172,7 +207,11 @@ impl CudaBackend {
             .result()
             .map_err(driver("reading the driver version"))?;
         let nvrtc_version = compile::nvrtc_version()?;
+        let graphs_enabled = std::env::var("PLUMB_CUDA_GRAPHS").ok().is_none_or(|v| v != "0");
         Ok(CudaBackend {
+            pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
+            state: Mutex::new(step_state::State::default()),
+            graphs_enabled: AtomicBool::new(graphs_enabled),
             ctx,
             stream,
             _module: module,
@@ -221,23 +260,86 @@ impl CudaBackend {
         self.ctx.ordinal()
     }
 
-    /// Waits until every queued kernel has finished (timing needs it; downloads do it themselves).
+    /// Submits recorded work and waits until every queued kernel has finished (timing needs it;
+    /// downloads do it themselves).
     pub fn synchronize(&self) {
+        self.flush();
         self.stream.synchronize().expect("CUDA stream synchronize failed");
+    }
+
+    /// Turns CUDA graphs for decode steps on or off (default: on unless `PLUMB_CUDA_GRAPHS=0`);
+    /// takes effect at the next step.
+    pub fn set_graphs(&self, on: bool) {
+        self.graphs_enabled.store(on, Ordering::Relaxed);
+    }
+
+    pub fn graphs_enabled(&self) -> bool {
+        self.graphs_enabled.load(Ordering::Relaxed)
+    }
+
+    /// How recorded steps ran so far: captured, replayed, or launch by launch.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.lock_state().graphs.stats
+    }
+
+    /// Activation pool allocations served from its free lists and by the driver.
+    pub fn pool_stats(&self) -> (u64, u64) {
+        let p = self.pool.lock().expect("pool lock");
+        (p.num_hits, p.num_misses)
     }
 
     pub(crate) fn kernel(&self, name: &str) -> &CudaFunction {
         self.kernels.get(name).unwrap_or_else(|| panic!("no CUDA kernel `{name}`"))
     }
 
-    pub(crate) fn upload_u32(&self, data: &[u32]) -> CudaSlice<u32> {
-        let data = if data.is_empty() { &[0u32][..] } else { data };
-        self.stream.clone_htod(data).expect("CUDA upload failed")
+    /// A pool buffer of `bytes` (at least one byte). On out-of-memory, the pool's free buffers go
+    /// back to the driver and the allocation is tried once more.
+    pub(crate) fn alloc(&self, bytes: usize) -> DeviceBuf {
+        match DeviceBuf::new(&self.pool, bytes) {
+            Ok(b) => b,
+            Err(_) => {
+                self.synchronize();
+                self.pool.lock().expect("pool lock").release();
+                DeviceBuf::new(&self.pool, bytes).expect("CUDA allocation failed (out of device memory?)")
+            }
+        }
     }
 
-    fn alloc(&self, len: usize) -> CudaSlice<f32> {
-        // Zero-sized allocations are not allowed by the driver; a one-element buffer stands in.
-        self.stream.alloc_zeros::<f32>(len.max(1)).expect("CUDA allocation failed (out of device memory?)")
+    /// `words` in a fresh pool buffer, copied now (recorded work is submitted first, so the copy
+    /// cannot overtake a recorded kernel that read the buffer's previous contents).
+    pub(crate) fn upload_words(&self, words: &[u32]) -> DeviceBuf {
+        self.flush();
+        let buf = self.alloc(words.len() * 4);
+        self.copy_in(buf.ptr, words);
+        buf
+    }
+
+    /// Copies host data to device address `dst` (pageable memory: the driver stages it before
+    /// returning, so `data` may go right after).
+    fn copy_in<T>(&self, dst: u64, data: &[T]) {
+        if data.is_empty() {
+            return;
+        }
+        self.ctx.bind_to_thread().expect("CUDA context");
+        // SAFETY: `dst` is a live device buffer of at least `size_of_val(data)` bytes (the caller
+        // allocated it for `data`), and every write to it is ordered on this stream.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }
+            .expect("CUDA upload failed");
+    }
+
+    fn new_tensor(&self, rows: usize, cols: usize) -> CudaTensor {
+        let padded_rows = self.padded_rows(rows);
+        CudaTensor { rows, cols, padded_rows, buf: self.alloc(padded_rows * cols * 4) }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Graphs go before the module whose kernels they launch; let queued work finish first.
+        let _ = self.stream.synchronize();
+        if let Ok(mut st) = self.state.lock() {
+            st.graphs = graph::Graphs::default();
+        }
     }
 }
 
@@ -285,26 +387,56 @@ impl Backend for CudaBackend {
         let host: &[u8] = &src.bytes;
         let bytes =
             self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).expect("CUDA upload failed");
-        Ok(CudaWeight { name: src.name, ty: src.ty, rows: src.rows, cols: src.cols, row_bytes, bytes, dense })
+        let ptr = bytes.device_ptr(&self.stream).0;
+        let suffix = type_suffix(src.ty).expect("checked by supports");
+        let kernels = ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone());
+        let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
+        Ok(CudaWeight {
+            name: src.name,
+            ty: src.ty,
+            rows: src.rows,
+            cols: src.cols,
+            row_bytes,
+            ptr,
+            dense_ptr,
+            kernels,
+            _bytes: bytes,
+            _dense: dense,
+        })
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> CudaTensor {
-        CudaTensor { rows, cols, buf: self.alloc(rows * cols) }
+        self.new_tensor(rows, cols)
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CudaTensor {
         assert_eq!(data.len(), rows * cols);
-        let data = if data.is_empty() { &[0f32][..] } else { data };
-        CudaTensor { rows, cols, buf: self.stream.clone_htod(data).expect("CUDA upload failed") }
+        // Recorded kernels may still read recycled pool memory: submit them before copying now.
+        self.flush();
+        let t = self.new_tensor(rows, cols);
+        self.copy_in(t.ptr(), data);
+        t
     }
 
     fn download(&self, t: &CudaTensor) -> Vec<f32> {
-        let mut v = self.stream.clone_dtoh(&t.buf).expect("CUDA download failed");
-        v.truncate(t.rows * t.cols);
+        self.flush();
+        let mut v = vec![0f32; t.rows * t.cols];
+        if !v.is_empty() {
+            self.ctx.bind_to_thread().expect("CUDA context");
+            // SAFETY: the tensor's buffer holds at least rows · cols floats; the stream is
+            // synchronized before `v` is read or dropped.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut v, t.ptr(), self.stream.cu_stream()) }
+                .expect("CUDA download failed");
+        }
+        self.stream.synchronize().expect("CUDA download failed");
         v
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> CudaKvCache {
         CudaKvCache::new(self, spec)
+    }
+
+    fn begin_step(&self, batch: &ForwardBatch, kv: &CudaKvCache) {
+        self.begin_step_on(batch, kv);
     }
 }

@@ -4,41 +4,70 @@
 //! reduction trees come from the model's shapes alone.
 
 use crate::kv::{CudaKvCache, attention_meta};
-use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d, type_suffix};
-use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
+use crate::launch::Launch;
+use crate::pool::DeviceBuf;
+use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
+use cudarc::driver::LaunchConfig;
 use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, LinearOps, RopeOps};
 
 /// Output features per `linear` block and activation rows per block (kernels/linear.cu).
 const LIN_WARPS: usize = 8;
 const LIN_ROWS: usize = 16;
+/// `linear_split` (the same arithmetic with K chunks spread over warps): features per block, the
+/// most chunks its shared memory holds, and the most rows it is used for (decode and verify).
+const LIN_SPLIT_FEAT: usize = 4;
+const LIN_SPLIT_MAX_CHUNKS: usize = 64;
+const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// (row, head) units per attention block (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;
 
-fn launch(mut args: LaunchArgs<'_>, cfg: LaunchConfig, op: &str) {
-    // SAFETY: every launch site passes the argument list its kernel declares (pointers to device
-    // buffers of the sizes the kernel indexes, checked by the shape asserts before it, then the
-    // scalars as i32/u64/f32 in the declared order).
-    unsafe { args.launch(cfg) }.unwrap_or_else(|e| panic!("CUDA launch of `{op}` failed: {e}"));
+/// A device address of per-row metadata: the step's (already on the device) or a fresh upload
+/// kept alive until the launch is queued.
+struct Meta {
+    ptr: u64,
+    _upload: Option<DeviceBuf>,
 }
 
 impl CudaBackend {
+    fn step_meta(&self, ptr: Option<u64>, words: impl FnOnce() -> Vec<u32>) -> Meta {
+        match ptr {
+            Some(ptr) => Meta { ptr, _upload: None },
+            None => {
+                let buf = self.upload_words(&words());
+                Meta { ptr: buf.ptr, _upload: Some(buf) }
+            }
+        }
+    }
+
     fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
         assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        if x.rows == 0 || w.rows == 0 {
+        assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
+        if x.padded_rows == 0 || w.rows == 0 {
             return;
         }
-        let name = format!("linear_{}", type_suffix(w.ty).expect("loaded weights have kernels"));
-        let (row_bytes, m, n, k) = (w.row_bytes as u64, x.rows as i32, w.rows as i32, w.cols as i32);
-        let mut b = self.stream.launch_builder(self.kernel(&name));
-        b.arg(&x.buf).arg(&w.bytes).arg(&row_bytes).arg(&mut out.buf).arg(&m).arg(&n).arg(&k);
+        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
+        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
         let cfg = LaunchConfig {
-            grid_dim: (w.rows.div_ceil(LIN_WARPS) as u32, x.rows.div_ceil(LIN_ROWS) as u32, 1),
+            grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
             block_dim: (LIN_WARPS as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch(b, cfg, &name);
+        let l = Launch::new(kernel, cfg)
+            .ptr(x.ptr())
+            .ptr(w.ptr)
+            .u64(w.row_bytes as u64)
+            .ptr(out.ptr())
+            .i32(x.padded_rows as i32)
+            .i32(w.rows as i32)
+            .i32(w.cols as i32);
+        self.submit(l);
+    }
+
+    /// A per-row launch over `rows` rows, one block of 256 threads each.
+    fn row_blocks(rows: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
     }
 }
 
@@ -52,145 +81,170 @@ impl LinearOps for CudaBackend {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= table.rows) {
             panic!("token id {id} outside `{}`", table.name);
         }
-        if ids.is_empty() {
+        if out.padded_rows == 0 {
             return;
         }
-        let name = format!("embed_{}", type_suffix(table.ty).expect("loaded weights have kernels"));
-        let dev_ids = self.upload_u32(ids);
-        let (row_bytes, cols) = (table.row_bytes as u64, table.cols as i32);
-        let mut b = self.stream.launch_builder(self.kernel(&name));
-        b.arg(&dev_ids).arg(&table.bytes).arg(&row_bytes).arg(&mut out.buf).arg(&cols);
-        let cfg = LaunchConfig { grid_dim: (ids.len() as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        launch(b, cfg, &name);
+        let padded = out.padded_rows;
+        let step = self.with_step(|s| (s.batch.token_ids == ids && s.padded_rows == padded).then_some(s.ids));
+        // Padded rows embed token 0.
+        let ids_dev = self.step_meta(step, || ids.iter().copied().chain(std::iter::repeat(0)).take(padded).collect());
+        let l = Launch::new(&table.kernels[2], Self::row_blocks(padded))
+            .ptr(ids_dev.ptr)
+            .ptr(table.ptr)
+            .u64(table.row_bytes as u64)
+            .ptr(out.ptr())
+            .i32(table.cols as i32);
+        self.submit(l);
     }
 
     fn gather_rows(&self, x: &CudaTensor, rows: &[u32], out: &mut CudaTensor) {
         assert_eq!((out.rows, out.cols), (rows.len(), x.cols), "gather_rows: shape mismatch");
         assert!(rows.iter().all(|&r| (r as usize) < x.rows), "gather_rows: row out of range");
-        if rows.is_empty() {
+        if out.padded_rows == 0 {
             return;
         }
-        let dev_rows = self.upload_u32(rows);
-        let cols = x.cols as i32;
-        let mut b = self.stream.launch_builder(self.kernel("gather_rows"));
-        b.arg(&x.buf).arg(&dev_rows).arg(&mut out.buf).arg(&cols);
-        let cfg = LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        launch(b, cfg, "gather_rows");
+        let padded = out.padded_rows;
+        let step = self.with_step(|s| {
+            let fits = padded <= s.padded_rows.max(s.batch.logits_rows.len()) && x.padded_rows == s.padded_rows;
+            (s.batch.logits_rows == rows && fits).then_some(s.logits_rows)
+        });
+        // Padded output rows copy padded input rows (or row 0 when the input has none).
+        let rows_dev = self.step_meta(step, || {
+            (0..padded).map(|i| rows.get(i).copied().unwrap_or(i.min(x.padded_rows - 1) as u32)).collect()
+        });
+        let l = Launch::new(self.kernel("gather_rows"), Self::row_blocks(padded))
+            .ptr(x.ptr())
+            .ptr(rows_dev.ptr)
+            .ptr(out.ptr())
+            .i32(x.cols as i32);
+        self.submit(l);
     }
 }
 
 impl ElementwiseOps for CudaBackend {
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
-        let w = weight.dense.as_ref().expect("norm weights are vectors");
+        let w = weight.dense_ptr.expect("norm weights are vectors");
         assert_eq!(
-            (x.cols, out.rows, out.cols),
-            (weight.cols, x.rows, x.cols),
+            (x.cols, out.rows, out.cols, out.padded_rows),
+            (weight.cols, x.rows, x.cols, x.padded_rows),
             "rms_norm `{}`: shape mismatch",
             weight.name
         );
-        if x.rows == 0 {
+        if x.padded_rows == 0 {
             return;
         }
-        let cols = x.cols as i32;
-        let mut b = self.stream.launch_builder(self.kernel("rms_norm"));
-        b.arg(&x.buf).arg(w).arg(&eps).arg(&mut out.buf).arg(&cols);
-        let cfg = LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        launch(b, cfg, "rms_norm");
+        let l = Launch::new(self.kernel("rms_norm"), Self::row_blocks(x.padded_rows))
+            .ptr(x.ptr())
+            .ptr(w)
+            .f32(eps)
+            .ptr(out.ptr())
+            .i32(x.cols as i32);
+        self.submit(l);
     }
 
     fn rms_norm_heads(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
-        let w = weight.dense.as_ref().expect("norm weights are vectors");
+        let w = weight.dense_ptr.expect("norm weights are vectors");
         let d = weight.cols;
         assert!(
-            d > 0 && x.cols.is_multiple_of(d) && (out.rows, out.cols) == (x.rows, x.cols),
+            d > 0
+                && x.cols.is_multiple_of(d)
+                && (out.rows, out.cols, out.padded_rows) == (x.rows, x.cols, x.padded_rows),
             "rms_norm_heads `{}`: shape mismatch",
             weight.name
         );
-        let num_slices = x.rows * (x.cols / d);
+        let num_slices = x.padded_rows * (x.cols / d);
         if num_slices == 0 {
             return;
         }
         // [num_rows, num_heads · head_dim] is [num_rows · num_heads, head_dim] in memory, so the
         // row kernel normalizes each head with the same arithmetic as a whole-row RMSNorm.
-        let cols = d as i32;
-        let mut b = self.stream.launch_builder(self.kernel("rms_norm"));
-        b.arg(&x.buf).arg(w).arg(&eps).arg(&mut out.buf).arg(&cols);
-        let cfg = LaunchConfig { grid_dim: (num_slices as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        launch(b, cfg, "rms_norm");
+        let l = Launch::new(self.kernel("rms_norm"), Self::row_blocks(num_slices))
+            .ptr(x.ptr())
+            .ptr(w)
+            .f32(eps)
+            .ptr(out.ptr())
+            .i32(d as i32);
+        self.submit(l);
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor) {
-        assert_eq!((acc.rows, acc.cols), (x.rows, x.cols), "add: shape mismatch");
-        let n = (x.rows * x.cols) as u64;
-        let mut b = self.stream.launch_builder(self.kernel("add"));
-        b.arg(&mut acc.buf).arg(&x.buf).arg(&n);
-        launch(b, grid_1d(n as usize), "add");
+        assert_eq!((acc.rows, acc.cols, acc.padded_rows), (x.rows, x.cols, x.padded_rows), "add: shape mismatch");
+        let n = x.padded_rows * x.cols;
+        if n == 0 {
+            return;
+        }
+        let l = Launch::new(self.kernel("add"), grid_1d(n)).ptr(acc.ptr()).ptr(x.ptr()).u64(n as u64);
+        self.submit(l);
     }
 
     fn add_bias(&self, x: &mut CudaTensor, bias: &CudaWeight) {
-        let bv = bias.dense.as_ref().expect("biases are vectors");
+        let bv = bias.dense_ptr.expect("biases are vectors");
         assert_eq!(x.cols, bias.cols, "add_bias `{}`: shape mismatch", bias.name);
-        let (n, cols) = ((x.rows * x.cols) as u64, x.cols.max(1) as i32);
-        let mut b = self.stream.launch_builder(self.kernel("add_bias"));
-        b.arg(&mut x.buf).arg(bv).arg(&n).arg(&cols);
-        launch(b, grid_1d(n as usize), "add_bias");
+        let n = x.padded_rows * x.cols;
+        if n == 0 {
+            return;
+        }
+        let l = Launch::new(self.kernel("add_bias"), grid_1d(n)).ptr(x.ptr()).ptr(bv).u64(n as u64).i32(x.cols as i32);
+        self.submit(l);
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) {
-        assert_eq!((gate.rows, gate.cols), (up.rows, up.cols), "silu_mul: shape mismatch");
-        assert_eq!((gate.rows, gate.cols), (out.rows, out.cols), "silu_mul: shape mismatch");
-        let n = (gate.rows * gate.cols) as u64;
-        let mut b = self.stream.launch_builder(self.kernel("silu_mul"));
-        b.arg(&gate.buf).arg(&up.buf).arg(&mut out.buf).arg(&n);
-        launch(b, grid_1d(n as usize), "silu_mul");
+        let shape = |t: &CudaTensor| (t.rows, t.cols, t.padded_rows);
+        assert_eq!(shape(gate), shape(up), "silu_mul: shape mismatch");
+        assert_eq!(shape(gate), shape(out), "silu_mul: shape mismatch");
+        let n = gate.padded_rows * gate.cols;
+        if n == 0 {
+            return;
+        }
+        let l =
+            Launch::new(self.kernel("silu_mul"), grid_1d(n)).ptr(gate.ptr()).ptr(up.ptr()).ptr(out.ptr()).u64(n as u64);
+        self.submit(l);
+    }
+}
+
+impl CudaBackend {
+    fn rope_launch(&self, kernel: &str, x: &mut CudaTensor, table: &CudaTensor, num_heads: usize, head_dim: usize) {
+        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "{kernel}: shape mismatch");
+        assert_eq!(x.padded_rows, table.padded_rows, "{kernel}: padded rows differ");
+        let half = table.cols / 2;
+        assert!(2 * half <= head_dim, "{kernel}: the table rotates more dims than a head has");
+        let n = x.padded_rows * num_heads * half;
+        if n == 0 {
+            return;
+        }
+        let l = Launch::new(self.kernel(kernel), grid_1d(n))
+            .ptr(x.ptr())
+            .ptr(table.ptr())
+            .i32(x.padded_rows as i32)
+            .i32(x.cols as i32)
+            .i32(half as i32)
+            .i32(num_heads as i32)
+            .i32(head_dim as i32);
+        self.submit(l);
     }
 }
 
 impl RopeOps for CudaBackend {
     fn rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> CudaTensor {
         // Angles and trigonometry in f64 on the host, once per step: the one f32 table every path
-        // (prefill, decode, any chunking) reads.
-        let half = inv_freq.len();
-        let mut table = vec![0f32; positions.len() * 2 * half];
-        for (row, &p) in table.chunks_exact_mut(2 * half.max(1)).zip(positions) {
-            for (i, &f) in inv_freq.iter().enumerate() {
-                let angle = p as f64 * f;
-                row[i] = angle.cos() as f32;
-                row[half + i] = angle.sin() as f32;
-            }
+        // (prefill, decode, any chunking) reads. A step stages it with its metadata.
+        if let Some(t) = self.step_rope_table(positions, inv_freq) {
+            return t;
         }
+        let padded = self.padded_rows(positions.len());
+        let table = crate::step_state::rope_rows(positions, padded, inv_freq);
         use plumb_core::Backend;
-        self.upload(&table, positions.len(), 2 * half)
+        let mut t = self.upload(&table, padded, 2 * inv_freq.len());
+        t.rows = positions.len();
+        t
     }
 
     fn rope(&self, x: &mut CudaTensor, table: &CudaTensor, num_heads: usize, head_dim: usize) {
-        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope: shape mismatch");
-        let half = table.cols / 2;
-        assert!(2 * half <= head_dim, "rope: the table rotates more dims than a head has");
-        let n = x.rows * num_heads * half;
-        if n == 0 {
-            return;
-        }
-        let (rows, cols, half_i, heads, hd) =
-            (x.rows as i32, x.cols as i32, half as i32, num_heads as i32, head_dim as i32);
-        let mut b = self.stream.launch_builder(self.kernel("rope"));
-        b.arg(&mut x.buf).arg(&table.buf).arg(&rows).arg(&cols).arg(&half_i).arg(&heads).arg(&hd);
-        launch(b, grid_1d(n), "rope");
+        self.rope_launch("rope", x, table, num_heads, head_dim);
     }
 
     fn rope_rotate_half(&self, x: &mut CudaTensor, table: &CudaTensor, num_heads: usize, head_dim: usize) {
-        assert_eq!((x.rows, x.cols), (table.rows, num_heads * head_dim), "rope_rotate_half: shape mismatch");
-        let half = table.cols / 2;
-        assert!(2 * half <= head_dim, "rope_rotate_half: the table rotates more dims than a head has");
-        let n = x.rows * num_heads * half;
-        if n == 0 {
-            return;
-        }
-        let (rows, cols, half_i, heads, hd) =
-            (x.rows as i32, x.cols as i32, half as i32, num_heads as i32, head_dim as i32);
-        let mut b = self.stream.launch_builder(self.kernel("rope_rotate_half"));
-        b.arg(&mut x.buf).arg(&table.buf).arg(&rows).arg(&cols).arg(&half_i).arg(&heads).arg(&hd);
-        launch(b, grid_1d(n), "rope_rotate_half");
+        self.rope_launch("rope_rotate_half", x, table, num_heads, head_dim);
     }
 }
 
@@ -211,17 +265,30 @@ impl AttentionOps for CudaBackend {
         let len = kv.spec.num_kv_heads * kv.spec.head_dim;
         let rows = batch.num_rows();
         assert_eq!((k.rows, k.cols, v.rows, v.cols), (rows, len, rows, len), "write_kv: shape mismatch");
+        assert_eq!(k.padded_rows, v.padded_rows, "write_kv: padded rows differ");
         let num_slots = kv.spec.num_blocks * kv.spec.block_size;
         assert!(batch.slot_mapping.iter().all(|&s| (s as usize) < num_slots), "write_kv: slot outside the cache");
-        if rows == 0 {
+        let padded = k.padded_rows;
+        if padded == 0 {
             return;
         }
-        let slots = self.upload_u32(&batch.slot_mapping);
-        let (rows_i, len_i) = (rows as i32, len as i32);
-        let CudaKvCache { k: kc, v: vc, .. } = kv;
-        let mut b = self.stream.launch_builder(self.kernel("write_kv"));
-        b.arg(&k.buf).arg(&v.buf).arg(&slots).arg(&mut kc[layer]).arg(&mut vc[layer]).arg(&rows_i).arg(&len_i);
-        launch(b, grid_1d(rows * len), "write_kv");
+        let kv_id = crate::step::kv_id(kv);
+        let step =
+            self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.slots));
+        // Padded rows write the pad block, which no real row reads.
+        let pad_slot = kv.pad_block() * kv.spec.block_size as u32;
+        let slots = self.step_meta(step, || {
+            batch.slot_mapping.iter().copied().chain(std::iter::repeat(pad_slot)).take(padded).collect()
+        });
+        let l = Launch::new(self.kernel("write_kv"), grid_1d(padded * len))
+            .ptr(k.ptr())
+            .ptr(v.ptr())
+            .ptr(slots.ptr)
+            .ptr(kv.k_ptrs[layer])
+            .ptr(kv.v_ptrs[layer])
+            .i32(padded as i32)
+            .i32(len as i32);
+        self.submit(l);
     }
 
     fn attention(
@@ -237,7 +304,7 @@ impl AttentionOps for CudaBackend {
         let spec = &kv.spec;
         let rows = batch.num_rows();
         assert_eq!((q.rows, q.cols), (rows, num_heads * spec.head_dim), "attention: q shape");
-        assert_eq!((out.rows, out.cols), (q.rows, q.cols), "attention: out shape");
+        assert_eq!((out.rows, out.cols, out.padded_rows), (q.rows, q.cols, q.padded_rows), "attention: out shape");
         assert!(num_heads.is_multiple_of(spec.num_kv_heads), "attention: heads are not a multiple of KV heads");
         assert!(spec.head_dim.is_multiple_of(32) && spec.head_dim <= MAX_HEAD_DIM, "attention: unsupported head_dim");
         let num_slots = spec.num_blocks * spec.block_size;
@@ -250,36 +317,31 @@ impl AttentionOps for CudaBackend {
                 "attention: block outside the cache"
             );
         }
-        if rows == 0 {
+        let padded = q.padded_rows;
+        if padded == 0 {
             return;
         }
-        let meta = self.upload_u32(&attention_meta(batch));
-        let (rows_i, lanes_i, heads_i, kv_heads_i, hd_i, bs_i) = (
-            rows as i32,
-            batch.lanes.len() as i32,
-            num_heads as i32,
-            spec.num_kv_heads as i32,
-            spec.head_dim as i32,
-            spec.block_size as i32,
-        );
-        let mut b = self.stream.launch_builder(self.kernel("attention"));
-        b.arg(&q.buf)
-            .arg(&kv.k[layer])
-            .arg(&kv.v[layer])
-            .arg(&meta)
-            .arg(&rows_i)
-            .arg(&lanes_i)
-            .arg(&heads_i)
-            .arg(&kv_heads_i)
-            .arg(&hd_i)
-            .arg(&bs_i)
-            .arg(&scale)
-            .arg(&mut out.buf);
+        let kv_id = crate::step::kv_id(kv);
+        let step = self
+            .with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));
+        let meta = self.step_meta(step, || attention_meta(batch, padded, kv.pad_block()));
         let cfg = LaunchConfig {
-            grid_dim: ((rows * num_heads).div_ceil(ATT_WARPS) as u32, 1, 1),
+            grid_dim: ((padded * num_heads).div_ceil(ATT_WARPS) as u32, 1, 1),
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch(b, cfg, "attention");
+        // One kernel per head size (kernels/attention.cu): `check_head_dim` admits exactly those.
+        let l = Launch::new(self.kernel(&format!("attention_{}", spec.head_dim)), cfg)
+            .ptr(q.ptr())
+            .ptr(kv.k_ptrs[layer])
+            .ptr(kv.v_ptrs[layer])
+            .ptr(meta.ptr)
+            .i32(padded as i32)
+            .i32(num_heads as i32)
+            .i32(spec.num_kv_heads as i32)
+            .i32(spec.block_size as i32)
+            .f32(scale)
+            .ptr(out.ptr());
+        self.submit(l);
     }
 }

@@ -20,6 +20,7 @@ pub trait RefFloat:
     fn to_f64(self) -> f64;
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
+    fn is_nan(self) -> bool;
     fn zero() -> Self {
         Self::from_f64(0.0)
     }
@@ -42,6 +43,9 @@ impl RefFloat for f64 {
     fn exp(self) -> Self {
         f64::exp(self)
     }
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
 }
 
 impl RefFloat for f32 {
@@ -57,5 +61,8 @@ impl RefFloat for f32 {
     }
     fn exp(self) -> Self {
         f32::exp(self)
+    }
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
     }
 }

@@ -7,12 +7,13 @@
 #![forbid(unsafe_code)]
 
 mod float;
+mod moe;
 
 pub use float::RefFloat;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearOps, RopeOps, Shape,
-    WeightSource, dequantize,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearOps, MoeOps, RopeOps,
+    Shape, WeightSource, dequantize,
 };
 use std::marker::PhantomData;
 
@@ -103,6 +104,10 @@ impl<T: RefFloat> Backend for RefBackend<T> {
             k: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
             v: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
         }
+    }
+
+    fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
+        Some(self)
     }
 }
 

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 pub struct HfCheckpoint {
     dir: PathBuf,
     pub config: ModelConfig,
+    /// `config.json` as parsed JSON, for the settings only one family reads (its experts, say):
+    /// the family parses those itself; `config` holds what every family shares.
+    pub config_json: serde_json::Map<String, serde_json::Value>,
     pub weights: SafetensorsModel,
 }
 
@@ -33,8 +36,19 @@ impl HfCheckpoint {
             }
             other => other,
         })?;
+        let config_json = match serde_json::from_str(&text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            // `from_hf_json` has already refused anything else.
+            _ => {
+                return Err(CheckpointError::BadConfig {
+                    file: config_path.display().to_string(),
+                    key: "(file)".into(),
+                    why: "is not a JSON object".into(),
+                });
+            }
+        };
         let weights = SafetensorsModel::open(&dir)?;
-        Ok(HfCheckpoint { dir, config, weights })
+        Ok(HfCheckpoint { dir, config, config_json, weights })
     }
 
     pub fn dir(&self) -> &Path {
@@ -129,6 +143,14 @@ impl<'a> CheckpointRef<'a> {
         match self {
             CheckpointRef::Gguf(f) => ModelConfig::from_gguf(f),
             CheckpointRef::Hf(h) => Ok(h.config.clone()),
+        }
+    }
+
+    /// A Hugging Face folder's `config.json` as JSON (`None` for GGUF, whose metadata is typed).
+    pub fn config_json(&self) -> Option<&'a serde_json::Map<String, serde_json::Value>> {
+        match self {
+            CheckpointRef::Gguf(_) => None,
+            CheckpointRef::Hf(h) => Some(&h.config_json),
         }
     }
 

@@ -49,6 +49,27 @@ const FAMILY_KEYS: &[(&str, &str, &[&str])] = &[
         "qwen3",
         &["attention_bias", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"],
     ),
+    (
+        "Qwen3MoeForCausalLM",
+        "qwen3_moe",
+        &[
+            "attention_bias",
+            "use_sliding_window",
+            "sliding_window",
+            "max_window_layers",
+            // The experts, read by the family (plumb_models::families::qwen3_moe).
+            "num_experts",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "norm_topk_prob",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+            // Training only: the router's auxiliary loss.
+            "output_router_logits",
+            "router_aux_loss_coef",
+        ],
+    ),
 ];
 
 fn bad(key: &str, why: impl Into<String>) -> CheckpointError {
@@ -145,10 +166,10 @@ fn check_family_values(m: &Map<String, Value>, architecture: &str) -> Result<(),
     {
         return Err(bad("sliding_window", format!("is {window}; plumb's llama family attends over the whole context")));
     }
-    if architecture == "Qwen3ForCausalLM" {
+    if architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM" {
         let sliding = opt(m, "use_sliding_window", "true or false", Value::as_bool)?.unwrap_or(false);
         if sliding {
-            return Err(bad("use_sliding_window", "is true; plumb's qwen3 runs full attention in every layer"));
+            return Err(bad("use_sliding_window", "is true; plumb's qwen3 families run full attention in every layer"));
         }
         let layers = req_size(m, "num_hidden_layers")?;
         let types = opt(m, "layer_types", "a list of strings", |v| {

@@ -47,7 +47,7 @@ pub struct BenchArgs {
     /// With --concurrency: draw throughput and latency against concurrency as SVG into this file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// With --draft: time drafted against undrafted decoding of this chat prompt, A/B back to back
+    /// With --draft or --draft-model: time drafted against undrafted decoding of this chat prompt, A/B back to back
     /// (--gen-len tokens, greedy, --repetitions pairs), instead of the pp/tg tests.
     #[arg(long, value_name = "FILE")]
     pub prompt_file: Option<PathBuf>,
@@ -91,7 +91,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return crate::bench_lanes::run(args, levels);
     }
     if let Some(file) = &args.prompt_file {
-        let spec = args.model.draft.ok_or_else(|| anyhow::anyhow!("--prompt-file needs --draft (an A/B of drafts)"))?;
+        let spec = crate::draft::DraftSpec::from_args(&args.model)?
+            .ok_or_else(|| anyhow::anyhow!("--prompt-file needs --draft or --draft-model (an A/B of drafts)"))?;
         return crate::on_device!(args.model.device, B => crate::bench_draft::run_on::<B>(args, spec, file));
     }
     crate::on_device!(args.model.device, B => run_on::<B>(args))
@@ -129,7 +130,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
         "pp_runs": pp,
         "tg_runs": tg,
     });
-    if let Some(spec) = args.model.draft {
+    if let Some(spec) = crate::draft::DraftSpec::from_args(&args.model)? {
         let d = s.engine.draft_stats();
         figures["draft"] = json!(spec.to_string());
         figures["draft_acceptance_rate"] = json!(d.acceptance_rate());

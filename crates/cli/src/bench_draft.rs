@@ -27,9 +27,10 @@ fn generate<B: OpenBackend>(
     s: &mut Session<B>,
     prompt: &[u32],
     gen_len: usize,
-    spec: Option<DraftSpec>,
+    spec: Option<&DraftSpec>,
 ) -> Result<Timed> {
-    s.engine.set_proposer(spec.map(|d| d.proposer()));
+    let proposer = spec.map(|d| d.proposer(&s.engine, &s.tokenizer)).transpose()?;
+    s.engine.set_proposer(proposer);
     let before = s.engine.draft_stats();
     let stop_ids = s.tokenizer.spec().eog_ids.clone();
     s.engine.add_request(Request::new(prompt.to_vec(), SamplingParams::greedy(), gen_len, stop_ids))?;
@@ -44,13 +45,7 @@ fn generate<B: OpenBackend>(
     }
     let (t0, n0) = first.context("the request produced no token")?;
     let decode_tokens_per_s = (tokens.len() - n0) as f64 / t0.elapsed().as_secs_f64();
-    let after = s.engine.draft_stats();
-    let drafts = DraftStats {
-        num_verify_steps: after.num_verify_steps - before.num_verify_steps,
-        num_draft_tokens: after.num_draft_tokens - before.num_draft_tokens,
-        num_accepted_tokens: after.num_accepted_tokens - before.num_accepted_tokens,
-        num_emitted_tokens: after.num_emitted_tokens - before.num_emitted_tokens,
-    };
+    let drafts = s.engine.draft_stats().since(&before);
     s.engine.set_proposer(None);
     Ok(Timed { tokens, decode_tokens_per_s, drafts })
 }
@@ -63,7 +58,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run_on<B: OpenBackend>(args: &BenchArgs, spec: DraftSpec, prompt_file: &Path) -> Result<()> {
     let started = receipt::Started::now();
     let text = std::fs::read_to_string(prompt_file).with_context(|| format!("reading {}", prompt_file.display()))?;
-    let model = ModelArgs { draft: None, ..args.model.clone() };
+    let model = ModelArgs { draft: None, draft_model: None, draft_k: None, ..args.model.clone() };
     let mut s = Session::<B>::open(&model, 512)?;
     let prompt = crate::run::prompt_ids(&s, text.trim_end(), false)?;
     let threads = s.engine.backend().threads();
@@ -72,7 +67,7 @@ pub fn run_on<B: OpenBackend>(args: &BenchArgs, spec: DraftSpec, prompt_file: &P
     let (mut plain, mut drafted, mut stats) = (Vec::new(), Vec::new(), Vec::new());
     let mut num_generated = 0;
     for rep in 0..args.repetitions {
-        let order = if rep % 2 == 0 { [None, Some(spec)] } else { [Some(spec), None] };
+        let order = if rep % 2 == 0 { [None, Some(&spec)] } else { [Some(&spec), None] };
         let mut runs = Vec::new();
         for d in order {
             runs.push((d.is_some(), generate(&mut s, &prompt, args.gen_len, d)?));

@@ -4,12 +4,11 @@
 //! SVG plot; a peer receipt (llama-server, same prompts and lengths) can be drawn beside it.
 
 use crate::bench::BenchArgs;
+use crate::session::OpenBackend;
 use crate::{plot, receipt};
 use anyhow::{Context, Result, bail};
-use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::Checkpoint;
 use plumb_checkpoint::source::{NoProgress, sha256_model};
-use plumb_core::Backend;
 use plumb_engine::{Engine, EngineHandle, Event, Request};
 use plumb_sampling::SamplingParams;
 use plumb_scheduler::SchedulerConfig;
@@ -97,13 +96,17 @@ fn figures(n: usize, t: &[Timings]) -> Value {
 }
 
 pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
-    let started = receipt::Started::now();
     if levels.is_empty() || levels.contains(&0) {
         bail!("--concurrency takes a list of positive counts, e.g. 1,4,8,16");
     }
+    crate::on_device!(args.model.device, B => run_on::<B>(args, levels))
+}
+
+fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
+    let started = receipt::Started::now();
     let path = crate::resolve_model(args.model.model.as_deref())?;
     let file = Checkpoint::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let backend = <CpuBackend as crate::session::OpenBackend>::open(&args.model)?;
+    let backend = B::open(&args.model)?;
     let model = plumb_models::load_model(&file, &backend)?;
     let vocab = model.config().vocab_size;
     let lanes = *levels.iter().max().expect("non-empty");
@@ -118,8 +121,15 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         enable_prefix_cache: true,
     };
     let backend_name = backend.name();
-    let threads = backend.num_threads();
-    let handle = EngineHandle::spawn(Engine::new(backend, model, config), lanes);
+    let threads = backend.threads();
+    let device = backend.device_info();
+    let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
+    let mut engine = Engine::new(backend, model, config);
+    if let Some(spec) = &drafter {
+        let tokenizer = plumb_engine::load::checkpoint_tokenizer(file.as_ref())?;
+        engine.set_proposer(Some(spec.proposer(&engine, &tokenizer)?));
+    }
+    let handle = EngineHandle::spawn(engine, lanes);
     eprintln!("benchmarking {} lanes on {backend_name} ...", path.display());
     round(&handle, &[crate::bench::tokens(16, vocab, 99)], 2)?;
     let mut results = Vec::new();
@@ -128,7 +138,8 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         let prompts: Vec<Vec<u32>> = (0..n)
             .map(|i| crate::bench::tokens(args.prompt_len, vocab, 10_000 * (level as u64 + 1) + i as u64))
             .collect();
-        let f = figures(n, &round(&handle, &prompts, args.gen_len)?);
+        let before = handle.stats().drafts;
+        let mut f = figures(n, &round(&handle, &prompts, args.gen_len)?);
         eprintln!(
             "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
             f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
@@ -138,15 +149,33 @@ pub fn run(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
         );
+        if drafter.is_some() {
+            let d = handle.stats().drafts.since(&before);
+            f["drafts"] = json!({
+                "acceptance_rate": d.acceptance_rate(),
+                "tokens_per_verify_step": d.tokens_per_verify_step(),
+                "draft_tokens": d.num_draft_tokens,
+                "accepted_tokens": d.num_accepted_tokens,
+            });
+            eprintln!(
+                "    drafts: {} of {} accepted ({:.0}%), {:.2} tokens per verify step",
+                d.num_accepted_tokens,
+                d.num_draft_tokens,
+                100.0 * d.acceptance_rate(),
+                d.tokens_per_verify_step()
+            );
+        }
         results.push(f);
     }
     let figures = json!({
         "backend": backend_name,
         "threads": threads,
+        "device": device,
         "prompt_len": args.prompt_len,
         "gen_len": args.gen_len,
         "step_tokens": args.step_tokens,
         "sampling": "greedy, end-of-turn ignored",
+        "draft": drafter.as_ref().map(ToString::to_string),
         "levels": results,
     });
     let sha = sha256_model(&path, &NoProgress)?;

@@ -294,7 +294,7 @@ fn run_on<B: OpenBackend>(args: &RunArgs) -> Result<()> {
     writeln!(stdout)?;
     stdout.flush()?;
     print_stats(&stats);
-    if let Some(spec) = args.model.draft {
+    if let Some(spec) = crate::draft::DraftSpec::from_args(&args.model)? {
         let d = s.engine.draft_stats();
         eprintln!(
             "[drafts {spec}: {} of {} accepted ({:.0}%), {:.2} tokens per verify step]",

@@ -35,9 +35,17 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Draft tokens with this proposer and verify them in one step: `ngram[:k=4,n=3]` (prompt
-    /// lookup). Answers are identical with or without it (run, chat, serve, bench).
+    /// lookup; see also --draft-model). Answers are identical with or without it (run, chat,
+    /// serve, bench).
     #[arg(long, value_name = "SPEC")]
     pub draft: Option<crate::draft::DraftSpec>,
+    /// Draft tokens with this smaller model (a path or model name; it must share the model's
+    /// tokenizer), on the same device. Answers are identical with or without it.
+    #[arg(long, value_name = "MODEL")]
+    pub draft_model: Option<String>,
+    /// Drafts per step of --draft-model (1..=16, default 4).
+    #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = counts::non_negative)]
+    pub draft_k: Option<usize>,
 }
 
 /// How many requests an engine runs at once and the KV room they share.
@@ -138,6 +146,12 @@ impl OpenBackend for CudaBackend {
             "driver_cuda_version": self.driver_version(),
             "nvrtc_version": self.nvrtc_version(),
             "kernels_from_disk_cache": self.kernels_cached,
+            "cuda_graphs": self.graphs_enabled(),
+            "graph_steps": {
+                "captured": self.graph_stats().num_captured,
+                "replayed": self.graph_stats().num_replayed,
+                "eager": self.graph_stats().num_eager,
+            },
         })
     }
 }
@@ -199,8 +213,12 @@ impl<B: OpenBackend> Session<B> {
             // A chat's earlier turns are computed once: each new turn reuses their KV.
             enable_prefix_cache: true,
         };
+        let drafter = crate::draft::DraftSpec::from_args(args)?;
         let mut engine = Engine::new(backend, model, config);
-        engine.set_proposer(args.draft.map(|d| d.proposer()));
+        if let Some(spec) = &drafter {
+            let proposer = spec.proposer(&engine, &tokenizer)?;
+            engine.set_proposer(Some(proposer));
+        }
         eprintln!(
             "loaded {} in {:.2} s ({})",
             path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into_owned()),

@@ -1,5 +1,5 @@
-//! `plumb synth` end to end: the tiny Llama and Qwen3 folders it writes are inspected and run by
-//! plumb itself (Qwen3 refused until opted in, as every ungated family), the same seed writes the
+//! `plumb synth` end to end: the tiny Llama, Qwen3 and Qwen3-MoE folders it writes are inspected
+//! and run by plumb itself (the Qwen3 families refused until opted in, as every ungated family), the same seed writes the
 //! same bytes, and bad input — an unknown preset or architecture, a contradictory config, a
 //! folder that is not empty — fails with one clear line, never a panic.
 
@@ -27,9 +27,11 @@ fn synth_fails(args: &[&str]) -> String {
 
 #[test]
 fn synth_folders_inspect_and_run() {
-    for (preset, family, arch) in
-        [("tiny-llama", "llama", "LlamaForCausalLM"), ("tiny-qwen3", "qwen3", "Qwen3ForCausalLM")]
-    {
+    for (preset, family, arch) in [
+        ("tiny-llama", "llama", "LlamaForCausalLM"),
+        ("tiny-qwen3", "qwen3", "Qwen3ForCausalLM"),
+        ("tiny-qwen3-moe", "qwen3_moe", "Qwen3MoeForCausalLM"),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join(preset);
         synth(&["--arch", preset, "--seed", "3"], &dir);
@@ -52,9 +54,9 @@ fn synth_folders_inspect_and_run() {
         let out = run(family);
         assert!(out.status.success(), "{preset}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains("12 generated"), "{preset}: {}", text(&out.stderr));
-        if family == "qwen3" {
+        if family != "llama" {
             let err = text(&run("").stderr);
-            assert!(err.contains("PLUMB_EXPERIMENTAL=qwen3"), "ungated families stay refused: {err}");
+            assert!(err.contains(&format!("PLUMB_EXPERIMENTAL={family}")), "ungated families stay refused: {err}");
         }
     }
 }

@@ -28,6 +28,8 @@ pub enum BackendError {
     BadWeight { name: String, why: String },
     #[error("backend `{backend}` cannot run attention heads of {head_dim} dimensions ({why})")]
     UnsupportedHeadDim { backend: String, head_dim: usize, why: String },
+    #[error("backend `{backend}` has no {group} kernels yet, which {needed_by} needs")]
+    MissingOpGroup { backend: String, group: &'static str, needed_by: String },
 }
 
 /// Shape of a backend tensor.
@@ -51,7 +53,8 @@ pub trait Backend: Send + Sync {
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;
     fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
-    /// A zeroed [rows, cols] tensor.
+    /// A [rows, cols] tensor for an op to write. Its contents are unspecified until then (a
+    /// device backend hands out recycled memory; the CPU backends zero it).
     fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
     /// Copies host data in (`data.len() == rows * cols`).
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
@@ -62,6 +65,19 @@ pub trait Backend: Send + Sync {
         self.download(t).into_iter().map(f64::from).collect()
     }
     fn new_kv_cache(&self, spec: &KvSpec) -> Self::KvCache;
+    /// Called by the model once at the start of every forward pass, before any op of the step,
+    /// with the step's batch and KV cache. A device backend uploads the batch's metadata here once
+    /// instead of per op, and may run the step as one recorded unit (CUDA graphs) that it submits
+    /// at the first host read. The CPU and reference backends need nothing.
+    fn begin_step(&self, batch: &ForwardBatch, kv: &Self::KvCache) {
+        let _ = (batch, kv);
+    }
+    /// The mixture-of-experts op group, where this backend has kernels for it. A family that
+    /// needs it asks here when it loads, so a backend without it is refused before any weight
+    /// is read rather than failing mid-step.
+    fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = Self::Tensor, Weight = Self::Weight, KvCache = Self::KvCache>> {
+        None
+    }
 }
 
 /// Matrix products and lookups over any weight format.
@@ -133,8 +149,33 @@ pub trait AttentionOps: Backend {
     );
 }
 
-/// Every op of the traits above. The conformance suite must have a case for each (a test checks),
-/// so adding an op here without a case fails the build's tests.
+/// Mixture-of-experts routing and combining. Experts themselves are `linear`s over the rows routed
+/// to them, so this group holds only what is new: choosing each row's experts and summing their
+/// outputs. Both work on each row alone, so a row's result never depends on the other rows.
+pub trait MoeOps: Backend {
+    /// For each row of `logits` ([num_rows, num_experts], the router's scores): the `k` experts of
+    /// highest score in descending order, ties broken by the lower expert index, returned as ids
+    /// [num_rows · k], row-major. `weights` [num_rows, k] gets their softmax probabilities over all
+    /// experts, or, with `renormalize`, over the `k` chosen (so they sum to 1). A NaN score ranks
+    /// above every number, so it is chosen and reaches the output instead of being dropped.
+    fn router_topk(&self, logits: &Self::Tensor, k: usize, renormalize: bool, weights: &mut Self::Tensor) -> Vec<u32>;
+    /// out[n, :] = Σ_{j < k} weights[n, j] · ys[src[n·k + j].group][src[n·k + j].row, :], summed in
+    /// slot order j = 0, 1, … from zero, where k = weights.cols(). out: [num_rows, cols of each ys].
+    fn moe_combine(&self, ys: &[&Self::Tensor], src: &[ExpertRow], weights: &Self::Tensor, out: &mut Self::Tensor);
+}
+
+/// Where one (row, slot) of a routing finds its expert's output: row `row` of expert group `group`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertRow {
+    pub group: u32,
+    pub row: u32,
+}
+
+/// The ops of `MoeOps`; a backend whose `moe_ops` is `Some` must pass a conformance case for each.
+pub const MOE_OPS: [&str; 2] = ["router_topk", "moe_combine"];
+
+/// Every op of the required traits above (not the optional `MoeOps`). The conformance suite must
+/// have a case for each (a test checks), so adding an op here without a case fails the tests.
 pub const OPS: [&str; 14] = [
     "linear",
     "linear_multi",

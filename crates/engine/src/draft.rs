@@ -3,17 +3,31 @@
 //! by the sampler against the model's own samples (`plumb_sampling::sample_drafted`), so no
 //! proposer, however wrong, can change what a request produces — only how fast.
 
+use plumb_core::Backend;
+use plumb_sampling::SamplingParams;
 use plumb_scheduler::SeqId;
 use std::collections::HashMap;
 
-/// Guesses the tokens that follow a lane's tokens. The engine asks once per decode step of every
-/// lane whose request allows drafts, then reports how many guesses were kept. Model-native
-/// drafters (a draft model's own lanes, MTP heads) implement the same three calls; they keep
-/// whatever per-lane state they need, keyed by `SeqId`, and drop it in `release`.
-pub trait Proposer: Send {
-    /// Up to `max_drafts` tokens guessed to follow `tokens` (prompt, then output so far, of which
-    /// the first `prompt_len` are the prompt). Fewer, or none, is always fine.
-    fn propose(&mut self, seq_id: SeqId, tokens: &[u32], prompt_len: usize, max_drafts: usize) -> Vec<u32>;
+/// One lane asking for drafts: its tokens so far (prompt, then output, of which the first
+/// `prompt_len` are the prompt), how its answer is sampled, and the most drafts it can verify.
+#[derive(Clone, Copy, Debug)]
+pub struct DraftQuery<'a> {
+    pub seq_id: SeqId,
+    pub tokens: &'a [u32],
+    pub prompt_len: usize,
+    pub params: &'a SamplingParams,
+    pub max_drafts: usize,
+}
+
+/// Guesses the tokens that follow each lane's tokens. The engine asks once per step for every
+/// decoding lane whose request allows drafts (all of them in one call, so a drafter that runs a
+/// model batches them), then reports how many guesses each lane kept. Model-native drafters (a
+/// draft model's own lanes, MTP heads) implement the same three calls on the engine's backend;
+/// they keep whatever per-lane state they need, keyed by `SeqId`, and drop it in `release`.
+pub trait Proposer<B: Backend>: Send {
+    /// Up to `max_drafts` tokens per query, in query order. Fewer, or none, is always fine; the
+    /// engine may also verify fewer than were proposed (the step's budget or free blocks).
+    fn propose(&mut self, backend: &B, queries: &[DraftQuery<'_>]) -> Vec<Vec<u32>>;
     /// After verification: `num_accepted` of the `num_proposed` drafts were kept.
     fn observe(&mut self, seq_id: SeqId, num_proposed: usize, num_accepted: usize) {
         let _ = (seq_id, num_proposed, num_accepted);
@@ -41,6 +55,16 @@ impl DraftStats {
     /// Accepted drafts / verified drafts (0 when none were verified).
     pub fn acceptance_rate(&self) -> f64 {
         ratio(self.num_accepted_tokens, self.num_draft_tokens)
+    }
+
+    /// The counts added since `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &DraftStats) -> DraftStats {
+        DraftStats {
+            num_verify_steps: self.num_verify_steps - earlier.num_verify_steps,
+            num_draft_tokens: self.num_draft_tokens - earlier.num_draft_tokens,
+            num_accepted_tokens: self.num_accepted_tokens - earlier.num_accepted_tokens,
+            num_emitted_tokens: self.num_emitted_tokens - earlier.num_emitted_tokens,
+        }
     }
 
     /// Tokens a lane keeps per verify step (1 would be no gain over plain decoding).
@@ -96,8 +120,9 @@ impl NgramProposer {
     }
 }
 
-impl Proposer for NgramProposer {
-    fn propose(&mut self, seq_id: SeqId, tokens: &[u32], _prompt_len: usize, max_drafts: usize) -> Vec<u32> {
+impl NgramProposer {
+    /// Drafts for one lane (`propose` asks this of each).
+    fn propose_lane(&mut self, seq_id: SeqId, tokens: &[u32], max_drafts: usize) -> Vec<u32> {
         let lane = self.lanes.entry(seq_id).or_default();
         if lane.rest > 0 {
             lane.rest -= 1;
@@ -105,6 +130,12 @@ impl Proposer for NgramProposer {
         }
         let drafts = lookup(tokens, self.config.n, self.config.k.min(max_drafts));
         if drafts.len() < MIN_DRAFTS.min(self.config.k) { Vec::new() } else { drafts }
+    }
+}
+
+impl<B: Backend> Proposer<B> for NgramProposer {
+    fn propose(&mut self, _backend: &B, queries: &[DraftQuery<'_>]) -> Vec<Vec<u32>> {
+        queries.iter().map(|q| self.propose_lane(q.seq_id, q.tokens, q.max_drafts)).collect()
     }
 
     fn observe(&mut self, seq_id: SeqId, num_proposed: usize, num_accepted: usize) {
@@ -141,6 +172,8 @@ fn lookup(tokens: &[u32], n: usize, k: usize) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    type Cpu = plumb_backend_cpu::CpuBackend;
+
     #[test]
     fn lookup_continues_the_latest_match() {
         let t = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3];
@@ -156,19 +189,19 @@ mod tests {
     fn a_lane_that_keeps_missing_rests_longer_and_longer() {
         let mut p = NgramProposer::new(NgramConfig { k: 4, n: 1 });
         let (id, t) = (SeqId(1), [5, 6, 7, 5]);
-        assert_eq!(p.propose(id, &t, 1, 8), [6, 7, 5]);
-        assert!(p.propose(id, &t, 1, 1).is_empty(), "one draft is not worth a verify step");
-        p.observe(id, 3, 1);
-        assert_eq!((0..2).filter(|_| p.propose(id, &t, 1, 8).is_empty()).count(), 2, "rests 2 steps");
-        assert_eq!(p.propose(id, &t, 1, 8), [6, 7, 5]);
-        p.observe(id, 3, 0);
-        assert_eq!((0..4).filter(|_| p.propose(id, &t, 1, 8).is_empty()).count(), 4, "a second miss rests 4");
-        assert_eq!(p.propose(id, &t, 1, 8), [6, 7, 5]);
-        p.observe(id, 3, 2);
-        assert_eq!(p.propose(id, &t, 1, 8), [6, 7, 5], "two kept: no rest");
-        p.observe(id, 3, 0);
-        assert!(p.propose(id, &t, 1, 8).is_empty(), "the count started over: rests 2");
-        p.release(id);
-        assert_eq!(p.propose(id, &t, 1, 8), [6, 7, 5]);
+        assert_eq!(p.propose_lane(id, &t, 8), [6, 7, 5]);
+        assert!(p.propose_lane(id, &t, 1).is_empty(), "one draft is not worth a verify step");
+        Proposer::<Cpu>::observe(&mut p, id, 3, 1);
+        assert_eq!((0..2).filter(|_| p.propose_lane(id, &t, 8).is_empty()).count(), 2, "rests 2 steps");
+        assert_eq!(p.propose_lane(id, &t, 8), [6, 7, 5]);
+        Proposer::<Cpu>::observe(&mut p, id, 3, 0);
+        assert_eq!((0..4).filter(|_| p.propose_lane(id, &t, 8).is_empty()).count(), 4, "a second miss rests 4");
+        assert_eq!(p.propose_lane(id, &t, 8), [6, 7, 5]);
+        Proposer::<Cpu>::observe(&mut p, id, 3, 2);
+        assert_eq!(p.propose_lane(id, &t, 8), [6, 7, 5], "two kept: no rest");
+        Proposer::<Cpu>::observe(&mut p, id, 3, 0);
+        assert!(p.propose_lane(id, &t, 8).is_empty(), "the count started over: rests 2");
+        Proposer::<Cpu>::release(&mut p, id);
+        assert_eq!(p.propose_lane(id, &t, 8), [6, 7, 5]);
     }
 }

@@ -5,6 +5,7 @@
 //! `EngineHandle` runs it on a thread of its own for any number of client threads.
 
 mod draft;
+mod draft_model;
 mod handle;
 pub mod load;
 mod output;
@@ -17,7 +18,8 @@ use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
 use std::collections::HashMap;
 
-pub use draft::{DraftStats, NgramConfig, NgramProposer, Proposer};
+pub use draft::{DraftQuery, DraftStats, NgramConfig, NgramProposer, Proposer};
+pub use draft_model::{DraftModelConfig, DraftModelError, ModelProposer};
 pub use handle::{EngineHandle, EngineStats, Event, HandleError, RequestStream};
 pub use output::{StepOutput, TokenLogprobs};
 pub use plumb_scheduler::FinishReason;
@@ -93,7 +95,7 @@ pub struct Engine<B: FullBackend> {
     scheduler: Scheduler,
     requests: HashMap<SeqId, RequestState>,
     next_id: u64,
-    proposer: Option<Box<dyn Proposer>>,
+    proposer: Option<Box<dyn Proposer<B>>>,
     draft_stats: DraftStats,
 }
 
@@ -107,7 +109,7 @@ impl<B: FullBackend> Engine<B> {
 
     /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
     /// either way, bit for bit.
-    pub fn set_proposer(&mut self, proposer: Option<Box<dyn Proposer>>) {
+    pub fn set_proposer(&mut self, proposer: Option<Box<dyn Proposer<B>>>) {
         self.proposer = proposer;
     }
 
@@ -203,13 +205,36 @@ impl<B: FullBackend> Engine<B> {
         outputs
     }
 
-    /// The scheduler's plan, with drafts from the proposer for the requests that allow them.
+    /// The scheduler's plan, with drafts from the proposer for the decoding lanes whose requests
+    /// allow them (asked for all at once, so a draft model batches its lanes).
     fn schedule(&mut self) -> StepPlan {
         let Some(proposer) = self.proposer.as_mut() else { return self.scheduler.schedule() };
         let requests = &self.requests;
-        self.scheduler.schedule_with_drafts(|seq, max| match requests.get(&seq.id) {
-            Some(state) if state.draft => proposer.propose(seq.id, seq.tokens(), seq.prompt_len(), max),
-            _ => Vec::new(),
+        let queries: Vec<DraftQuery<'_>> = self
+            .scheduler
+            .decoding()
+            .filter_map(|seq| {
+                let state = requests.get(&seq.id).filter(|s| s.draft)?;
+                let max_drafts = (seq.max_tokens - seq.num_generated()).saturating_sub(1);
+                (max_drafts > 0).then_some(DraftQuery {
+                    seq_id: seq.id,
+                    tokens: seq.tokens(),
+                    prompt_len: seq.prompt_len(),
+                    params: &state.params,
+                    max_drafts,
+                })
+            })
+            .collect();
+        let proposed = if queries.is_empty() { Vec::new() } else { proposer.propose(&self.backend, &queries) };
+        let mut drafts: HashMap<SeqId, Vec<u32>> = queries.iter().map(|q| q.seq_id).zip(proposed).collect();
+        // Proposers are pluggable: a token the model cannot embed ends the drafts there.
+        let vocab_size = self.model.config().vocab_size;
+        self.scheduler.schedule_with_drafts(|seq, _| {
+            let mut d = drafts.remove(&seq.id).unwrap_or_default();
+            if let Some(bad) = d.iter().position(|&t| t as usize >= vocab_size) {
+                d.truncate(bad);
+            }
+            d
         })
     }
 

@@ -3,107 +3,16 @@
 //! were (n-gram prompt lookup; an oracle that is right then wrong; random tokens), or what else
 //! shares its steps (drafted and undrafted lanes together, chunked prefill, prefix-cache hits).
 
+#[path = "support/drafts.rs"]
+mod drafts;
+#[path = "support/random_draft.rs"]
+mod random_draft;
 #[path = "support/smollm2.rs"]
 mod smollm2;
 
+use drafts::*;
 use plumb_backend_cpu::CpuBackend;
-use plumb_engine::{Engine, NgramConfig, NgramProposer, Proposer, Request};
-use plumb_sampling::SamplingParams;
-use plumb_scheduler::{SchedulerConfig, SeqId};
-use smollm2::*;
-
-fn engine(max_batch_tokens: usize, max_lanes: usize, proposer: Option<Box<dyn Proposer>>) -> Engine<CpuBackend> {
-    let file = default_model();
-    let backend = CpuBackend::new(2);
-    let model = plumb_models::load_model(&file, &backend).unwrap();
-    let config = SchedulerConfig {
-        block_size: 16,
-        num_blocks: 160,
-        max_lanes,
-        max_batch_tokens,
-        max_model_len: 2048,
-        max_waiting: 256,
-        enable_prefix_cache: true,
-    };
-    let mut e = Engine::new(backend, model, config);
-    e.set_proposer(proposer);
-    e
-}
-
-fn ngram(k: usize, n: usize) -> Option<Box<dyn Proposer>> {
-    Some(Box::new(NgramProposer::new(NgramConfig { k, n })))
-}
-
-/// What a request produced: its tokens, finish reason, and the bits of every logits row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Trace {
-    tokens: Vec<u32>,
-    logits: Vec<Vec<u32>>,
-    finished: Option<plumb_engine::FinishReason>,
-}
-
-/// Runs every request, request i submitted before step `arrive[i]`; traces in order.
-fn run(engine: &mut Engine<CpuBackend>, reqs: &[Request], arrive: &[usize]) -> Vec<Trace> {
-    let mut ids: Vec<Option<SeqId>> = vec![None; reqs.len()];
-    let mut out = vec![Trace { tokens: vec![], logits: vec![], finished: None }; reqs.len()];
-    let mut step = 0;
-    while ids.iter().any(Option::is_none) || engine.has_work() {
-        for (i, r) in reqs.iter().enumerate() {
-            if ids[i].is_none() && arrive[i] <= step {
-                let mut r = r.clone();
-                r.return_logits = true;
-                ids[i] = Some(engine.add_request(r).unwrap());
-            }
-        }
-        for o in engine.step() {
-            let i = ids.iter().position(|&id| id == Some(o.seq_id)).unwrap();
-            assert!(out[i].finished.is_none(), "a token after the finishing one");
-            out[i].tokens.push(o.token);
-            out[i].logits.push(o.logits.unwrap().iter().map(|v| v.to_bits()).collect());
-            out[i].finished = o.finished;
-        }
-        step += 1;
-    }
-    out
-}
-
-fn undrafted(reqs: &[Request]) -> Vec<Trace> {
-    let mut e = engine(64, 1, None);
-    reqs.iter().map(|r| run(&mut e, std::slice::from_ref(r), &[0]).remove(0)).collect()
-}
-
-fn prompt(len: usize, salt: usize) -> Vec<u32> {
-    (0..len).map(|i| ((i * 7919 + salt * 104_729) % 49_000) as u32 + 100).collect()
-}
-
-/// A passage, then its start again: the model goes on copying, so prompt lookup finds drafts.
-fn copying_prompt(len: usize, salt: usize) -> Vec<u32> {
-    let passage = prompt(len, salt);
-    let mut p = passage.clone();
-    p.extend_from_slice(&passage[..len / 2]);
-    p
-}
-
-fn params(i: usize) -> SamplingParams {
-    match i % 4 {
-        0 => SamplingParams::greedy(),
-        1 => SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, seed: i as u64, ..SamplingParams::default() },
-        2 => SamplingParams {
-            temperature: 1.2,
-            min_p: 0.05,
-            repetition_penalty: 1.1,
-            seed: 7,
-            ..SamplingParams::default()
-        },
-        _ => SamplingParams {
-            temperature: 0.7,
-            frequency_penalty: 0.5,
-            presence_penalty: 0.3,
-            seed: 99 + i as u64,
-            ..SamplingParams::default()
-        },
-    }
-}
+use plumb_engine::{DraftQuery, NgramConfig, NgramProposer, Proposer, Request};
 
 #[test]
 fn ngram_drafts_with_every_k_equal_plain_decoding() {
@@ -125,8 +34,14 @@ struct Oracle {
     calls: usize,
 }
 
-impl Proposer for Oracle {
-    fn propose(&mut self, _: SeqId, tokens: &[u32], _: usize, max_drafts: usize) -> Vec<u32> {
+impl Proposer<CpuBackend> for Oracle {
+    fn propose(&mut self, _: &CpuBackend, queries: &[DraftQuery<'_>]) -> Vec<Vec<u32>> {
+        queries.iter().map(|q| self.lane(q.tokens, q.max_drafts)).collect()
+    }
+}
+
+impl Oracle {
+    fn lane(&mut self, tokens: &[u32], max_drafts: usize) -> Vec<u32> {
         self.calls += 1;
         let Some(full) = self.known.iter().find(|f| f.len() > tokens.len() && f.starts_with(tokens)) else {
             return Vec::new();
@@ -143,30 +58,14 @@ impl Proposer for Oracle {
 /// Random tokens: every draft is (almost surely) rejected.
 struct Random(u64);
 
-impl Proposer for Random {
-    fn propose(&mut self, _: SeqId, _: &[u32], _: usize, max_drafts: usize) -> Vec<u32> {
-        (0..max_drafts)
-            .map(|_| {
-                self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                (self.0 >> 33) as u32 % 49_152
-            })
-            .collect()
+impl Proposer<CpuBackend> for Random {
+    fn propose(&mut self, _: &CpuBackend, queries: &[DraftQuery<'_>]) -> Vec<Vec<u32>> {
+        let mut token = || {
+            self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) as u32 % 49_152
+        };
+        queries.iter().map(|q| (0..q.max_drafts).map(|_| token()).collect()).collect()
     }
-}
-
-/// Eight lanes, drafted and undrafted, all sampling kinds; two stop on a token their undrafted
-/// run produces mid-way, so a draft run must end inside an accepted run of drafts.
-fn eight(want_tokens: Option<&[Trace]>) -> Vec<Request> {
-    (0..8)
-        .map(|i| {
-            let mut r = Request::new(copying_prompt(24 + 6 * i, 10 + i), params(i), 6 + (i * 5) % 17, vec![]);
-            r.draft = i % 3 != 2;
-            if let Some(t) = want_tokens.filter(|_| i % 4 == 1) {
-                r.stop_ids = vec![t[i].tokens[t[i].tokens.len() / 2]];
-            }
-            r
-        })
-        .collect()
 }
 
 #[test]
@@ -178,7 +77,7 @@ fn eight_mixed_lanes_with_any_proposer_equal_plain_decoding() {
     assert!(want.iter().filter(|t| t.finished == Some(plumb_engine::FinishReason::Stop)).count() >= 2);
     let known: Vec<Vec<u32>> = reqs.iter().zip(&want).map(|(r, t)| [&r.prompt[..], &t.tokens[..]].concat()).collect();
     let arrive = [0, 0, 1, 2, 3, 5, 8, 13];
-    let proposers: Vec<(&str, Box<dyn Proposer>)> = vec![
+    let proposers: Vec<(&str, Box<dyn Proposer<CpuBackend>>)> = vec![
         ("ngram k=4", Box::new(NgramProposer::new(NgramConfig::default()))),
         ("oracle", Box::new(Oracle { known, calls: 0 })),
         ("random", Box::new(Random(1))),

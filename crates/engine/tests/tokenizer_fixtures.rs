@@ -121,3 +121,20 @@ fn default_model_chat_template_matches_its_fixture() {
          <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
     );
 }
+
+#[test]
+fn llama_cpp_converted_qwen3_tokenizer_equals_transformers() {
+    // fixtures/qwen3/gguf: the tiny Qwen3 converted by llama.cpp's converter; its GGUF vocabulary,
+    // merges and pre-tokenizer must give the ids transformers gives from tokenizer.json.
+    let fx = read_json("qwen3/tokenizer_cases.json");
+    let cases = fx["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for name in ["model-f32.gguf", "model-q8_0.gguf"] {
+        let file = GgufFile::open(fixtures().join("qwen3/gguf").join(name)).unwrap();
+        let tok = load::tokenizer(&file).unwrap();
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            assert_eq!(tok.encode(text, false, true), ids(&case["ids"]), "{name}: {text:?}");
+        }
+    }
+}

@@ -2,3 +2,4 @@
 
 pub mod llama;
 pub mod qwen3;
+pub mod qwen3_moe;

@@ -4,4 +4,5 @@ pub mod attention;
 pub mod decoder;
 pub mod loader;
 pub mod mlp;
+pub mod moe;
 pub mod rope;

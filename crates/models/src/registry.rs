@@ -1,7 +1,7 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::{llama::Llama, qwen3::Qwen3};
+use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_moe::Qwen3Moe};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend};
@@ -52,16 +52,20 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 }
 
 /// Hugging Face architectures with a family.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
     match architecture {
         "LlamaForCausalLM" | "MistralForCausalLM" => Some("llama"),
         "Qwen3ForCausalLM" => Some("qwen3"),
+        "Qwen3MoeForCausalLM" => Some("qwen3_moe"),
         _ => None,
     }
 }
+
+/// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
+const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
@@ -101,6 +105,13 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
     let config = checkpoint.config()?;
     let family = family_of(&config.architecture)
         .ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
+    // Before the gate: gating or opting in cannot help a backend that lacks the kernels.
+    if MOE_FAMILIES.contains(&family) && backend.moe_ops().is_none() {
+        let needed_by = format!("the `{family}` family");
+        return Err(
+            BackendError::MissingOpGroup { backend: backend.name(), group: "mixture-of-experts", needed_by }.into()
+        );
+    }
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
@@ -108,6 +119,7 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
     match family {
         "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
         "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
+        "qwen3_moe" => Ok(Box::new(Qwen3Moe::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

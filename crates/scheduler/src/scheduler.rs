@@ -103,6 +103,12 @@ impl Scheduler {
         self.seqs.get(&id)
     }
 
+    /// Running sequences whose next step decodes (samples their next token), oldest first: the
+    /// lanes a proposer may draft for before `schedule_with_drafts`.
+    pub fn decoding(&self) -> impl Iterator<Item = &Sequence> + '_ {
+        self.running.iter().map(|id| &self.seqs[id]).filter(|seq| seq.is_decoding())
+    }
+
     /// Plans the next step: running sequences in decode (one row each, oldest first), then
     /// running sequences in prefill (chunks up to the remaining budget), then waiting ones in
     /// FIFO order while a lane, the budget and free blocks allow. A running sequence that needs

@@ -31,6 +31,12 @@ pub fn dot_bound(k: usize) -> f64 {
     2.0 * ((k / 16) as f64 + 5.0) * U
 }
 
+/// The combine of k expert outputs: per element a k-term sum of products, one rounding for each
+/// product and each add, γ_{2k}; doubled for headroom.
+pub fn combine_bound(k: usize) -> f64 {
+    2.0 * (2 * k) as f64 * U
+}
+
 /// Every op's bound (linear ones scale with k via [`dot_bound`]).
 pub const BOUNDS: &[Bound] = &[
     Bound {
@@ -106,6 +112,19 @@ pub const BOUNDS: &[Bound] = &[
         metric: Metric::Nrms,
         bound: 4e-6,
         reason: "q·k chains ((d/16+4)u), exp (~2 ulp), softmax sums over ≤ 64 positions and the V sum: ≈ 60u",
+    },
+    Bound {
+        op: "router_topk",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "the chosen experts must equal the reference's exactly (same scores, same tie rule); their weights \
+                 are a softmax: exp to ~2 ulp, a sum over ≤ 128 positive terms in float32 (≤ 8u typical), a divide: ≤ 6u",
+    },
+    Bound {
+        op: "moe_combine",
+        metric: Metric::DotBackward,
+        bound: 0.0,
+        reason: "combine_bound(k): a k-term sum of products per element, one multiply and one add each, ×2",
     },
 ];
 

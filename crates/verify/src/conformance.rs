@@ -1,7 +1,9 @@
 //! The per-op conformance suite: every op of the `Backend` traits, every weight format, on the
 //! backend under test against `RefBackend<f64>`, with fresh random inputs for each seed.
 //! Outputs of the backend under test are poisoned with NaN first, so an element an op forgets to
-//! write fails the case.
+//! write fails the case. The optional op groups (`moe`) run where the backend has them.
+
+mod moe;
 
 use crate::bounds::{Metric, bound, dot_bound};
 use crate::inputs::{Rng, Spread, activations, weight_bytes};
@@ -94,6 +96,7 @@ pub fn run_suite<B: FullBackend>(backend: &B, seed: u64) -> Vec<CaseResult> {
     elementwise_cases(&p, &mut rng, &mut out);
     rope_cases(&p, &mut rng, &mut out);
     attention_cases(&p, &mut rng, &mut out);
+    moe::moe_cases(&p, &mut rng, &mut out);
     out
 }
 

@@ -8,7 +8,7 @@ mod tiny_model;
 use faulty::{Fault, Faulty};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{ForwardBatch, FullBackend, OPS};
+use plumb_core::{Backend, ForwardBatch, FullBackend, MOE_OPS, OPS};
 use plumb_verify::conformance::{CaseResult, run_suite};
 use plumb_verify::gate::{Control, GateBound, run_gate};
 use plumb_verify::residency;
@@ -55,10 +55,13 @@ fn check_conformance(backend: &CpuBackend) {
         );
     }
     assert!(failing(&results).is_empty(), "{:#?}", failing(&results));
-    for op in OPS {
-        assert!(results.iter().any(|r| r.op == op), "op `{op}` has no conformance case");
+    // The CPU backend has the optional MoE group, so its ops must have cases too.
+    assert!(backend.moe_ops().is_some());
+    let ops: Vec<&str> = OPS.iter().chain(&MOE_OPS).copied().collect();
+    for op in &ops {
+        assert!(results.iter().any(|r| r.op == *op), "op `{op}` has no conformance case");
     }
-    assert!(results.iter().all(|r| OPS.contains(&r.op)), "a case names an op missing from plumb_core::OPS");
+    assert!(results.iter().all(|r| ops.contains(&r.op)), "a case names an op missing from plumb_core::OPS");
 }
 
 #[test]
@@ -207,4 +210,41 @@ fn gate_table_matches_the_committed_receipts() {
         assert_eq!(r["figures"]["pass"], true, "{receipt} records a failing check");
         assert_eq!(r["evidence_origin"], "current_invocation");
     }
+}
+
+fn qwen3_moe_fixture() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen3_moe/hf")
+}
+
+#[test]
+fn gate_catches_an_moe_combine_whose_rounding_depends_on_the_batch() {
+    let ckpt = plumb_checkpoint::HfCheckpoint::open(qwen3_moe_fixture()).unwrap();
+    let good = run_gate(&ckpt, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
+    assert!(good.pass, "{:#?}", good.failures);
+    let bad = run_gate(&ckpt, &faulty(Fault::MoeRoundingDependsOnBatch), &controls(), BOUND, 1).unwrap();
+    assert!(bad.failures.iter().any(|f| f.contains("batch invariance broken")), "{:#?}", bad.failures);
+}
+
+#[test]
+fn an_moe_family_is_refused_on_a_backend_without_moe_kernels_before_any_weight_is_read() {
+    // The fixture's config with a weight file that holds no tensor at all: an error about
+    // weights would mean the loader got that far.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(qwen3_moe_fixture().join("config.json"), dir.path().join("config.json")).unwrap();
+    let header = b"{}";
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    std::fs::write(dir.path().join("model.safetensors"), bytes).unwrap();
+    let ckpt = plumb_checkpoint::HfCheckpoint::open(dir.path()).unwrap();
+    let like_cuda = Faulty { inner: CpuBackend::new(1), fault: Fault::NoMoeOps };
+    for opt_in in [Some(""), Some("qwen3_moe"), None] {
+        let err = plumb_models::load_model_with(&ckpt, &like_cuda, opt_in).err().expect("refused").to_string();
+        assert!(
+            err.contains("has no mixture-of-experts kernels yet, which the `qwen3_moe` family needs"),
+            "{opt_in:?}: {err}"
+        );
+    }
+    // A backend with the kernels gets past that, to the (missing) weights.
+    let err = plumb_models::load_model_with(&ckpt, &CpuBackend::new(1), None).err().expect("no weights").to_string();
+    assert!(err.contains("missing"), "{err}");
 }

@@ -1,5 +1,6 @@
 //! Hugging Face model folders (config.json + safetensors, rotate-half RoPE) against transformers'
-//! true float64 logits: the tiny random Qwen3 of fixtures/qwen3 (per-head QK RMSNorm, untied head)
+//! true float64 logits: the tiny random Qwen3 of fixtures/qwen3 (per-head QK RMSNorm, untied head),
+//! the tiny random Qwen3-MoE of fixtures/qwen3_moe (8 experts top-2 in two layers, one dense layer)
 //! and the HF copies of fixtures/llama_variants (the same models plumb also reads as llama.cpp
 //! GGUF, there with Q/K rows permuted into adjacent pairs). plumb's float64 graph and the CPU
 //! backend are compared on every position of every prompt, with the float64 greedy continuation.
@@ -79,6 +80,51 @@ fn qwen3_folder_matches_transformers_float64() {
     let (reference, cpu, floor) = compare(&fixtures().join("qwen3"));
     assert!(reference < 1e-10, "float64 graph vs transformers: {reference:e}");
     assert!(cpu < 4.0 * floor, "cpu {cpu:e} vs 4× the float32 floor {floor:e}");
+}
+
+#[test]
+fn qwen3_moe_folder_matches_transformers_float64() {
+    let (reference, cpu, floor) = compare(&fixtures().join("qwen3_moe"));
+    assert!(reference < 1e-10, "float64 graph vs transformers: {reference:e}");
+    assert!(cpu < 4.0 * floor, "cpu {cpu:e} vs 4× the float32 floor {floor:e}");
+}
+
+/// The worst float64 NRMS against the fixture of the qwen3_moe folder with `edit` applied to its
+/// config.json, on the first prompt.
+fn qwen3_moe_edited(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> f64 {
+    let src = fixtures().join("qwen3_moe");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join("hf").join(name), dir.path().join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("hf/config.json")).unwrap();
+    let Value::Object(mut config) = serde_json::from_str(&text).unwrap() else { unreachable!() };
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), Value::Object(config).to_string()).unwrap();
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(src.join("manifest.json")).unwrap()).unwrap();
+    let p = &m["prompts"][0];
+    let mut tokens = ids(&p["prompt_ids"]);
+    tokens.extend(ids(&p["greedy_f64"]));
+    let want = read_floats(&src.join(p["files"]["logits_f64"]["file"].as_str().unwrap()), 8);
+    let got = logits(&HfCheckpoint::open(dir.path()).unwrap(), &RefBackend::<f64>::new(2), &tokens);
+    let vocab = want.len() / tokens.len();
+    (0..tokens.len())
+        .map(|r| nrms(&got[r * vocab..(r + 1) * vocab], &want[r * vocab..(r + 1) * vocab]))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn the_qwen3_moe_fixture_tells_the_routing_settings_apart() {
+    // The fixture as it is: the float64 graph agrees to rounding.
+    assert!(qwen3_moe_edited(|_| {}) < 1e-10);
+    // Each wrong routing setting moves the logits far beyond that.
+    let wrong: [(&str, Value); 3] =
+        [("norm_topk_prob", false.into()), ("num_experts_per_tok", 3.into()), ("num_experts_per_tok", 1.into())];
+    for (key, value) in wrong {
+        let err = qwen3_moe_edited(|c| drop(c.insert(key.into(), value.clone())));
+        eprintln!("{key} = {value}: float64 NRMS {err:.3e}");
+        assert!(err > 1e-3, "{key} = {value}: {err:e}");
+    }
 }
 
 #[test]

@@ -62,6 +62,65 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
     }
 }
 
+// The same elements for few rows (decode and verify steps), with K chunks spread over warps
+// instead of walked by one: a block takes LIN_SPLIT_FEAT features of up to LIN_ROWS rows; each
+// warp task (feature, chunk) computes that chunk's partial for every row exactly as
+// `linear_body` does (the same eight fmafs per lane, zeros past K included, the same butterfly),
+// into shared memory; then one thread per (feature, row) folds the partials in ascending chunk
+// order. Same partials, same fold: bit-identical to `linear_body`, with K/256 times the warps in
+// flight (a decode step's projections have too few features to fill the GPU otherwise).
+#define LIN_SPLIT_FEAT 4
+#define LIN_SPLIT_MAX_CHUNKS 64
+
+template <int TY>
+__device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
+                                                  u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
+                                                  int k_in) {
+    __shared__ float part[LIN_SPLIT_FEAT][LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
+    const int f0 = blockIdx.x * LIN_SPLIT_FEAT;
+    const int r0 = blockIdx.y * LIN_ROWS;
+    const int rows = min(LIN_ROWS, num_rows - r0);
+    for (int t = warp; t < LIN_SPLIT_FEAT * num_chunks; t += LIN_WARPS) {
+        const int f = t / num_chunks, c = t % num_chunks;
+        const int m = min(f0 + f, n_out - 1);
+        const int c0 = c * LIN_KC;
+        const int clen = min(LIN_KC, k_in - c0);
+        const u8* wrow = w + (u64)m * row_bytes;
+        float wv[LIN_KC / 32];
+#pragma unroll
+        for (int j = 0; j < LIN_KC / 32; j++) {
+            int kk = j * 32 + lane;
+            wv[j] = kk < clen ? deq<TY>(wrow, c0 + kk) : 0.0f;
+        }
+        for (int r = 0; r < rows; r++) {
+            const float* xr = x + (u64)(r0 + r) * k_in + c0;
+            float xv[LIN_KC / 32];
+#pragma unroll
+            for (int j = 0; j < LIN_KC / 32; j++) {
+                int kk = j * 32 + lane;
+                xv[j] = kk < clen ? xr[kk] : 0.0f;
+            }
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < LIN_KC / 32; j++) s = fmaf(xv[j], wv[j], s);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+            if (lane == 0) part[f][c][r] = s;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < LIN_SPLIT_FEAT * rows; t += blockDim.x) {
+        const int f = t / rows, r = t % rows;
+        const int m = f0 + f;
+        if (m >= n_out) continue;
+        float acc = part[f][0][r];
+        for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[f][c][r]);
+        out[(u64)(r0 + r) * n_out + m] = acc;
+    }
+}
+
 template <int TY>
 __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
                                            float* __restrict__ out, int cols) {
@@ -73,6 +132,10 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { \
         linear_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                         \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32) linear_split_##NAME(                        \
+        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) {          \
+        linear_split_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                   \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \

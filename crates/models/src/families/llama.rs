@@ -3,7 +3,8 @@
 //! GGUF Llama checkpoints store Q/K rows permuted so RoPE rotates adjacent pairs — which is what
 //! the backend's `rope` does.
 
-use crate::layers::{attention::Attention, decoder::Decoder, loader::WeightLoader, rope};
+use crate::layers::decoder::{Decoder, FeedForward};
+use crate::layers::{attention::Attention, loader::WeightLoader, rope};
 use crate::registry::ModelError;
 use crate::{CausalLm, Trace};
 use plumb_checkpoint::ModelConfig;
@@ -38,7 +39,8 @@ impl<B: FullBackend> Llama<B> {
             rope::apply_freq_factors(&mut inv_freq, &w.load_host(ROPE_FREQS)?, c)?;
         }
         let attention = |prefix: &str| Attention::load(w, prefix, c);
-        let decoder = Decoder::load(w, config.clone(), attention, lm_head, inv_freq)?;
+        let decoder =
+            Decoder::load(w, config.clone(), attention, |_, p| FeedForward::dense(w, p, c), lm_head, inv_freq)?;
         w.finish(IGNORED)?;
         Ok(Llama(decoder))
     }

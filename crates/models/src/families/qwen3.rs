@@ -4,7 +4,8 @@
 //! RoPE pairs dimensions rotate-half style: Hugging Face stores Q/K that way and llama.cpp's
 //! converter leaves Qwen3 unpermuted, so both sources carry `RopeLayout::RotateHalf`.
 
-use crate::layers::{attention::Attention, decoder::Decoder, loader::WeightLoader, rope};
+use crate::layers::decoder::{Decoder, FeedForward};
+use crate::layers::{attention::Attention, loader::WeightLoader, rope};
 use crate::registry::ModelError;
 use crate::{CausalLm, Trace};
 use plumb_checkpoint::ModelConfig;
@@ -27,7 +28,14 @@ impl<B: FullBackend> Qwen3<B> {
             false => Some(w.load_shaped("lm_head.weight", c.vocab_size, c.hidden_size)?),
         };
         let attention = |prefix: &str| Attention::load(w, prefix, c)?.with_qk_norm(w, prefix);
-        let decoder = Decoder::load(w, config.clone(), attention, lm_head, rope::inv_freq(c))?;
+        let decoder = Decoder::load(
+            w,
+            config.clone(),
+            attention,
+            |_, p| FeedForward::dense(w, p, c),
+            lm_head,
+            rope::inv_freq(c),
+        )?;
         w.finish(&[])?;
         Ok(Qwen3(decoder))
     }

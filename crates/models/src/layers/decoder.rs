@@ -1,20 +1,50 @@
 //! The pre-norm decoder stack the Llama-style families share: embed, then per layer
 //! `x += attn(rms_norm(x))` and `x += mlp(rms_norm(x))`, then the final norm and the head on the
-//! rows that want logits. A family loads its attention its own way (QK norm, biases) and hands
-//! the pieces over; the forward pass is written once, here.
+//! rows that want logits. A family loads its attention and feed-forward blocks its own way (QK
+//! norm, biases, experts) and hands the pieces over; the forward pass is written once, here.
 
 use crate::Trace;
-use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp};
+use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp, moe::Moe};
 use crate::registry::ModelError;
 use plumb_checkpoint::ModelConfig;
 use plumb_core::{Backend, ForwardBatch, FullBackend};
+
+/// A decoder layer's feed-forward block: one SwiGLU MLP, or a mixture of them.
+pub enum FeedForward<B: Backend> {
+    Dense(Mlp<B>),
+    Moe(Moe<B>),
+}
+
+impl<B: Backend> std::fmt::Debug for FeedForward<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FeedForward::Dense(_) => "FeedForward::Dense",
+            FeedForward::Moe(_) => "FeedForward::Moe",
+        })
+    }
+}
+
+impl<B: FullBackend> FeedForward<B> {
+    /// The dense SwiGLU MLP of `intermediate_size` at `prefix` (Llama's and Qwen3's every layer).
+    pub fn dense(w: &WeightLoader<'_, B>, prefix: &str, c: &ModelConfig) -> Result<Self, ModelError> {
+        Ok(FeedForward::Dense(Mlp::load(w, prefix, c.hidden_size, c.intermediate_size)?))
+    }
+
+    /// x: [num_rows, hidden] (normed) → [num_rows, hidden].
+    fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(b, x, layer, trace),
+            FeedForward::Moe(moe) => moe.forward(b, x, layer, trace),
+        }
+    }
+}
 
 /// One decoder layer.
 struct DecoderLayer<B: Backend> {
     input_layernorm: B::Weight,
     self_attn: Attention<B>,
     post_attention_layernorm: B::Weight,
-    mlp: Mlp<B>,
+    mlp: FeedForward<B>,
 }
 
 /// A decoder-only model: its weights and RoPE frequencies.
@@ -36,12 +66,14 @@ impl<B: Backend> std::fmt::Debug for Decoder<B> {
 }
 
 impl<B: FullBackend> Decoder<B> {
-    /// Loads every layer (`attention` loads `self_attn` from its prefix), the embedding, the final
-    /// norm and the head the family chose.
+    /// Loads every layer (`attention` loads `self_attn` from its prefix, `mlp` layer i's
+    /// feed-forward block from its prefix), the embedding, the final norm and the head the
+    /// family chose.
     pub fn load(
         w: &WeightLoader<'_, B>,
         config: ModelConfig,
         attention: impl Fn(&str) -> Result<Attention<B>, ModelError>,
+        mlp: impl Fn(usize, &str) -> Result<FeedForward<B>, ModelError>,
         lm_head: Option<B::Weight>,
         inv_freq: Vec<f64>,
     ) -> Result<Self, ModelError> {
@@ -58,7 +90,7 @@ impl<B: FullBackend> Decoder<B> {
                         1,
                         hidden,
                     )?,
-                    mlp: Mlp::load(w, &format!("{p}.mlp"), hidden, c.intermediate_size)?,
+                    mlp: mlp(i, &format!("{p}.mlp"))?,
                 })
             })
             .collect::<Result<_, ModelError>>()?;
@@ -82,6 +114,7 @@ impl<B: FullBackend> Decoder<B> {
     ) -> B::Tensor {
         let c = &self.config;
         let (n, hidden, eps) = (batch.num_rows(), c.hidden_size, c.rms_norm_eps as f32);
+        b.begin_step(batch, kv);
         let mut x = b.tensor(n, hidden);
         b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
         let rope = b.rope_table(&batch.positions, &self.inv_freq);

@@ -23,6 +23,12 @@ pub enum Fault {
     PromoteRunnerUp,
     /// No fault, but the backend calls itself another kind (to test gate refusal).
     PretendKind(&'static str),
+    /// The backend lacks the mixture-of-experts op group (as the CUDA backend does today).
+    NoMoeOps,
+    /// `moe_combine` rounds each slot's product and sum once (a fused multiply-add) when the step
+    /// has more than one row, twice otherwise. (Reversing the slot order would not do: with top-2,
+    /// 0 + a + b and 0 + b + a round alike.)
+    MoeRoundingDependsOnBatch,
 }
 
 #[derive(Debug)]
@@ -67,6 +73,39 @@ impl Backend for Faulty {
     }
     fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
         self.inner.new_kv_cache(spec)
+    }
+    fn begin_step(&self, batch: &ForwardBatch, kv: &CpuKvCache) {
+        self.inner.begin_step(batch, kv)
+    }
+    fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        match self.fault {
+            Fault::NoMoeOps => None,
+            _ => Some(self),
+        }
+    }
+}
+
+impl MoeOps for Faulty {
+    fn router_topk(&self, logits: &CpuTensor, k: usize, renormalize: bool, weights: &mut CpuTensor) -> Vec<u32> {
+        self.inner.router_topk(logits, k, renormalize, weights)
+    }
+    fn moe_combine(&self, ys: &[&CpuTensor], src: &[ExpertRow], weights: &CpuTensor, out: &mut CpuTensor) {
+        if self.fault == Fault::MoeRoundingDependsOnBatch && out.rows > 1 {
+            let (k, cols) = (weights.cols, out.cols);
+            for n in 0..out.rows {
+                let o = &mut out.data[n * cols..(n + 1) * cols];
+                o.fill(0.0);
+                for j in 0..k {
+                    let ExpertRow { group, row } = src[n * k + j];
+                    let y = &ys[group as usize].data[row as usize * cols..][..cols];
+                    for (o, &v) in o.iter_mut().zip(y) {
+                        *o = weights.data[n * k + j].mul_add(v, *o);
+                    }
+                }
+            }
+            return;
+        }
+        self.inner.moe_combine(ys, src, weights, out)
     }
 }
 

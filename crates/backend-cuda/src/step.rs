@@ -1,0 +1,145 @@
+//! One forward pass as the CUDA backend sees it: `begin_step` packs the batch's metadata (token
+//! ids, KV slots, logits rows, attention positions and block tables) into pinned host memory and
+//! uploads it with one copy, so ops read it from the device instead of uploading per op.
+//! Decode-shaped steps (every row wants logits, at most 64 rows) are padded to a
+//! bucket of rows (`BUCKETS`) and *recorded*: their launches are kept as data and submitted at the first
+//! host read (`flush`) as a CUDA graph when one was captured from equal launches (`graph.rs`).
+//! Invariants: a padded row is token 0 at position 0 of the KV cache's spare pad block, so it
+//! reads and writes nothing a real row reads; no kernel reads across rows, so padding never
+//! changes a real row. Pinned staging is rewritten only after the copies that read it finished.
+
+use crate::kv::{CudaKvCache, attention_meta};
+use crate::launch::Launch;
+use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+use plumb_core::ForwardBatch;
+
+/// The row buckets decode steps are padded to (and captured for); larger steps run eagerly.
+pub const BUCKETS: [usize; 9] = [1, 2, 4, 8, 16, 24, 32, 48, 64];
+
+/// The bucket a decode step of `num_rows` rows runs as.
+pub fn bucket(num_rows: usize) -> Option<usize> {
+    BUCKETS.iter().copied().find(|&b| b >= num_rows)
+}
+
+/// What a recorded step's graph is keyed by: its padded row count and its KV cache.
+pub type GraphKey = (usize, u64);
+
+/// One queued piece of device work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Kernel(Launch),
+    /// A copy of `bytes` from pinned host memory at `src` to device address `dst`.
+    HtoD {
+        dst: u64,
+        src: usize,
+        bytes: usize,
+    },
+}
+
+/// The current step: the batch it was begun with and where its metadata sits on the device.
+#[derive(Debug)]
+pub struct Step {
+    pub batch: ForwardBatch,
+    /// The KV cache's identity (its first layer's K address).
+    pub kv_id: u64,
+    /// Real rows, and the rows every per-row tensor of the step is launched over.
+    pub num_rows: usize,
+    pub padded_rows: usize,
+    /// Device addresses of the packed metadata (u32 arrays of `padded_rows` entries each, the
+    /// attention metadata as `kv::attention_meta` packs it).
+    pub ids: u64,
+    pub slots: u64,
+    pub logits_rows: u64,
+    pub attn_meta: u64,
+    /// Where this step's RoPE table is staged in pinned memory, and the bytes it may take (one
+    /// table per step).
+    pub rope_src: usize,
+    pub rope_capacity: usize,
+    pub rope_used: bool,
+    /// `Some(key)` while the step's launches are being recorded for a graph.
+    pub recording: Option<GraphKey>,
+}
+
+/// Pinned host staging and its device twin, grown as batches grow.
+#[derive(Debug, Default)]
+pub struct Staging {
+    pub host: Option<PinnedHostSlice<u8>>,
+    pub dev: Option<CudaSlice<u8>>,
+    pub len: usize,
+    /// Recorded after the last copy that reads `host`; waited on before `host` is rewritten.
+    pub copies_done: Option<CudaEvent>,
+}
+
+/// The packed metadata of a step, in u32 words: ids, slots, logits rows (each `padded` long,
+/// padded with token 0, the pad slot and the pad rows themselves), then the attention metadata.
+pub fn pack(batch: &ForwardBatch, padded: usize, pad_block: u32, block_size: usize) -> (Vec<u32>, [usize; 4]) {
+    let n = batch.num_rows();
+    let pad_slot = pad_block * block_size as u32;
+    let mut words = Vec::with_capacity(5 * padded + batch.lanes.iter().map(|l| l.block_table.len()).sum::<usize>() + 1);
+    let ids_at = 0;
+    words.extend_from_slice(&batch.token_ids);
+    words.resize(padded, 0);
+    let slots_at = words.len();
+    words.extend_from_slice(&batch.slot_mapping);
+    words.resize(slots_at + padded, pad_slot);
+    let logits_at = words.len();
+    words.extend_from_slice(&batch.logits_rows);
+    words.extend((batch.logits_rows.len()..padded).map(|r| r.min(padded - 1) as u32));
+    words.truncate(logits_at + padded.max(batch.logits_rows.len()));
+    let attn_at = words.len();
+    words.extend(attention_meta(batch, padded, pad_block));
+    debug_assert!(n <= padded);
+    (words, [ids_at, slots_at, logits_at, attn_at])
+}
+
+/// Whether `batch` is a decode-shaped step (every row wants logits, in order) that can replay a
+/// graph, and the bucket it pads to.
+pub fn graph_bucket(batch: &ForwardBatch) -> Option<usize> {
+    let n = batch.num_rows();
+    let in_order = batch.logits_rows.len() == n && batch.logits_rows.iter().enumerate().all(|(i, &r)| r as usize == i);
+    if n == 0 || !in_order {
+        return None;
+    }
+    bucket(n)
+}
+
+/// The KV cache's identity for graph keys.
+pub fn kv_id(kv: &CudaKvCache) -> u64 {
+    kv.k_ptrs.first().copied().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plumb_core::LaneView;
+
+    #[test]
+    fn buckets_cover_every_decode_size_up_to_the_largest() {
+        assert_eq!(bucket(1), Some(1));
+        assert_eq!(bucket(3), Some(4));
+        assert_eq!(bucket(17), Some(24));
+        assert_eq!(bucket(64), Some(64));
+        assert_eq!(bucket(65), None);
+    }
+
+    #[test]
+    fn pad_rows_point_at_token_zero_and_the_pad_block() {
+        let mut b = ForwardBatch {
+            block_size: 4,
+            lanes: vec![LaneView { block_table: vec![7] }, LaneView { block_table: vec![2, 5] }],
+            ..Default::default()
+        };
+        b.push_row(1, 11, 5);
+        b.push_row(0, 12, 1);
+        b.logits_rows = vec![0, 1];
+        assert_eq!(graph_bucket(&b), Some(2));
+        let (words, [ids, slots, logits, attn]) = pack(&b, 4, 9, 4);
+        assert_eq!(&words[ids..ids + 4], &[11, 12, 0, 0]);
+        assert_eq!(&words[slots..slots + 4], &[21, 29, 36, 36]);
+        assert_eq!(&words[logits..logits + 4], &[0, 1, 2, 3]);
+        // positions, then each row's table offset, then the tables (lane 0, lane 1, pad).
+        assert_eq!(&words[attn..], &[5, 1, 0, 0, 1, 0, 3, 3, 7, 2, 5, 9]);
+        b.logits_rows = vec![1];
+        assert_eq!(graph_bucket(&b), None);
+    }
+}

@@ -1,0 +1,187 @@
+//! The backend's mutable step state and the three moves on it: `begin_step_on` (pack and upload
+//! the batch's metadata, decide whether the step is recorded), `submit` (run a launch now, or
+//! record it) and `flush` (hand a recorded step to `graph::Graphs` at the first host read).
+//! Invariant: while a step is recorded, nothing is copied into pool memory outside the record
+//! (uploads flush first), so recorded launches see exactly the data eager ones would.
+
+use crate::graph::{self, Graphs};
+use crate::kv::CudaKvCache;
+use crate::launch::Launch;
+use crate::step::{self, Op, Staging, Step};
+use crate::{CudaBackend, CudaTensor};
+use cudarc::driver::DevicePtrMut;
+use plumb_core::ForwardBatch;
+use std::sync::MutexGuard;
+
+/// Everything a step changes; behind the backend's mutex.
+#[derive(Debug, Default)]
+pub struct State {
+    pub step: Option<Step>,
+    pub staging: Staging,
+    pub recorded: Vec<Op>,
+    pub graphs: Graphs,
+}
+
+/// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
+fn rope_bytes(padded_rows: usize, head_dim: usize) -> usize {
+    padded_rows * head_dim * 4
+}
+
+impl CudaBackend {
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("CUDA backend state lock")
+    }
+
+    /// The rows a new tensor of `rows` rows is launched over: the step's padded rows for a
+    /// per-row tensor of the current step, else `rows`.
+    pub(crate) fn padded_rows(&self, rows: usize) -> usize {
+        match &self.lock_state().step {
+            Some(s) if s.num_rows == rows => s.padded_rows,
+            _ => rows,
+        }
+    }
+
+    /// Reads the current step's metadata through `f` when there is a step.
+    pub(crate) fn with_step<T>(&self, f: impl FnOnce(&Step) -> Option<T>) -> Option<T> {
+        self.lock_state().step.as_ref().and_then(f)
+    }
+
+    /// Runs `launch` now, or records it while the step is recorded.
+    pub(crate) fn submit(&self, launch: Launch) {
+        let mut st = self.lock_state();
+        if st.step.as_ref().is_some_and(|s| s.recording.is_some()) {
+            st.recorded.push(Op::Kernel(launch));
+            return;
+        }
+        drop(st);
+        self.ctx.bind_to_thread().expect("CUDA context");
+        graph::execute(&Op::Kernel(launch), &self.stream).unwrap_or_else(|e| panic!("CUDA launch failed: {e}"));
+    }
+
+    /// Submits a recorded step (graph replay, capture, or launch by launch); the rest of the step
+    /// runs eagerly.
+    pub(crate) fn flush(&self) {
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st);
+    }
+
+    fn flush_locked(&self, st: &mut State) {
+        let Some(key) = st.step.as_mut().and_then(|s| s.recording.take()) else { return };
+        let ops = std::mem::take(&mut st.recorded);
+        self.ctx.bind_to_thread().expect("CUDA context");
+        st.graphs.submit(key, ops, &self.stream).unwrap_or_else(|e| panic!("CUDA step submission failed: {e}"));
+        if let Some(ev) = &st.staging.copies_done {
+            ev.record(&self.stream).expect("CUDA event record");
+        }
+    }
+
+    /// Starts a step: packs `batch`'s metadata (padded to the graph bucket for decode-shaped
+    /// steps when graphs are on), copies it to the device in one transfer, and starts recording
+    /// if the step is graph-shaped.
+    pub(crate) fn begin_step_on(&self, batch: &ForwardBatch, kv: &CudaKvCache) {
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st);
+        self.ctx.bind_to_thread().expect("CUDA context");
+        let bucket = if self.graphs_enabled() && !st.graphs.broken { step::graph_bucket(batch) } else { None };
+        let (n, pad_block) = (batch.num_rows(), kv.pad_block());
+        let padded = bucket.unwrap_or(n);
+        let (words, [ids, slots, logits, attn]) = step::pack(batch, padded, pad_block, kv.spec.block_size);
+        let meta_bytes = (words.len() * 4).next_multiple_of(256);
+        let need = meta_bytes + rope_bytes(padded, kv.spec.head_dim);
+        let staging = &mut st.staging;
+        if let Some(ev) = &staging.copies_done {
+            // The previous step's copies read the staging we are about to rewrite.
+            ev.synchronize().expect("CUDA event synchronize");
+        }
+        if staging.len < need {
+            let len = need.next_power_of_two().max(1 << 16);
+            // Queued work may still read the old device buffer.
+            self.stream.synchronize().expect("CUDA stream synchronize");
+            // SAFETY: pinned staging is written before it is read (below and in `rope_table`).
+            staging.host = Some(unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len, 0) }.expect("pinned allocation"));
+            // SAFETY: the device twin is written by the copies from staging before any kernel reads it.
+            staging.dev = Some(unsafe { self.stream.alloc::<u8>(len) }.expect("CUDA allocation of step metadata"));
+            staging.len = len;
+        }
+        if staging.copies_done.is_none() {
+            staging.copies_done = Some(self.ctx.new_event(None).expect("CUDA event"));
+        }
+        let host = staging.host.as_mut().expect("staging allocated");
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        host.as_mut_slice().expect("pinned staging")[..bytes.len()].copy_from_slice(&bytes);
+        let src = host.as_ptr().expect("pinned staging") as usize;
+        let dev = staging.dev.as_mut().expect("staging allocated").device_ptr_mut(&self.stream).0;
+        let at = |word: usize| dev + 4 * word as u64;
+        let recording = bucket.map(|b| (b, step::kv_id(kv)));
+        st.step = Some(Step {
+            batch: batch.clone(),
+            kv_id: step::kv_id(kv),
+            num_rows: n,
+            padded_rows: padded,
+            ids: at(ids),
+            slots: at(slots),
+            logits_rows: at(logits),
+            attn_meta: at(attn),
+            rope_src: src + meta_bytes,
+            rope_capacity: rope_bytes(padded, kv.spec.head_dim),
+            rope_used: false,
+            recording,
+        });
+        self.push_copy(&mut st, Op::HtoD { dst: dev, src, bytes: bytes.len() });
+    }
+
+    /// Queues (or records) a copy out of pinned staging, and marks the staging busy until it ran.
+    fn push_copy(&self, st: &mut State, op: Op) {
+        if st.step.as_ref().is_some_and(|s| s.recording.is_some()) {
+            st.recorded.push(op);
+            return;
+        }
+        graph::execute(&op, &self.stream).expect("CUDA upload failed");
+        if let Some(ev) = &st.staging.copies_done {
+            ev.record(&self.stream).expect("CUDA event record");
+        }
+    }
+
+    /// The step's RoPE table for `positions` ([num_rows, 2 · half], padded rows at position 0),
+    /// staged in pinned memory and copied with the step; `None` when `positions` are not the
+    /// step's or its table slot is taken (the caller then uploads it directly).
+    pub(crate) fn step_rope_table(&self, positions: &[u32], inv_freq: &[f64]) -> Option<CudaTensor> {
+        let half = inv_freq.len();
+        let (padded, src) = {
+            let st = self.lock_state();
+            let s = st.step.as_ref()?;
+            let fits = s.padded_rows * 2 * half * 4 <= s.rope_capacity;
+            if s.rope_used || !fits || s.batch.positions != positions {
+                return None;
+            }
+            (s.padded_rows, s.rope_src)
+        };
+        let t = self.new_tensor(positions.len(), 2 * half);
+        debug_assert_eq!(t.padded_rows, padded);
+        let table = rope_rows(positions, padded, inv_freq);
+        let mut st = self.lock_state();
+        let host = st.staging.host.as_mut().expect("a step has staging");
+        let base = host.as_ptr().expect("pinned staging") as usize;
+        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        host.as_mut_slice().expect("pinned staging")[src - base..src - base + bytes.len()].copy_from_slice(&bytes);
+        st.step.as_mut().expect("checked above").rope_used = true;
+        self.push_copy(&mut st, Op::HtoD { dst: t.ptr(), src, bytes: bytes.len() });
+        Some(t)
+    }
+}
+
+/// cos then sin of `positions[n] · inv_freq[i]` in f64, rounded to f32, for `padded` rows
+/// (rows past `positions` at position 0): the one table every path reads.
+pub fn rope_rows(positions: &[u32], padded: usize, inv_freq: &[f64]) -> Vec<f32> {
+    let half = inv_freq.len();
+    let mut table = vec![0f32; padded * 2 * half];
+    for (r, row) in table.chunks_exact_mut(2 * half.max(1)).enumerate().take(padded) {
+        let p = positions.get(r).copied().unwrap_or(0) as f64;
+        for (i, &f) in inv_freq.iter().enumerate() {
+            let angle = p * f;
+            row[i] = angle.cos() as f32;
+            row[half + i] = angle.sin() as f32;
+        }
+    }
+    table
+}
