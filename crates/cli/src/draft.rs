@@ -17,7 +17,10 @@ pub const DEFAULT_DRAFT_K: usize = 4;
 pub enum DraftSpec {
     Ngram(NgramConfig),
     /// A draft model (a path or a known model name) and its drafts per step.
-    Model { model: String, k: usize },
+    Model {
+        model: String,
+        k: usize,
+    },
 }
 
 impl DraftSpec {
@@ -84,7 +87,9 @@ fn same_tokenizer(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
     for id in 0..target.vocab_size() as u32 {
         let (a, b) = (target.token_bytes(id).ok(), draft.token_bytes(id).ok());
         if a != b || target.is_special(id) != draft.is_special(id) {
-            anyhow::bail!("its tokenizer differs from the target's at token {id}: a draft model must share the tokenizer");
+            anyhow::bail!(
+                "its tokenizer differs from the target's at token {id}: a draft model must share the tokenizer"
+            );
         }
     }
     Ok(())

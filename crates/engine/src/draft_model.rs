@@ -115,7 +115,13 @@ impl<B: FullBackend> ModelProposer<B> {
     }
 
     /// One forward pass over `rows` (lane, token, position); logits of the rows flagged, in order.
-    fn forward(&mut self, backend: &B, work: &[Work], rows: &[(usize, u32, usize, bool)], queries: &[DraftQuery<'_>]) -> Vec<Vec<f32>> {
+    fn forward(
+        &mut self,
+        backend: &B,
+        work: &[Work],
+        rows: &[(usize, u32, usize, bool)],
+        queries: &[DraftQuery<'_>],
+    ) -> Vec<Vec<f32>> {
         let mut batch = ForwardBatch { block_size: self.config.block_size, ..ForwardBatch::default() };
         let mut lane_of = HashMap::new();
         for &(w, token, position, want) in rows {

@@ -144,7 +144,6 @@ pub fn params(i: usize) -> SamplingParams {
     }
 }
 
-
 /// Eight lanes, drafted and undrafted, all sampling kinds; two stop on a token their undrafted
 /// run produces mid-way, so a draft run must end inside an accepted run of drafts.
 pub fn eight(want_tokens: Option<&[Trace]>) -> Vec<Request> {
