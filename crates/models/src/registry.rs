@@ -70,7 +70,13 @@ const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
 pub const GATES_PASSED: &[(&str, &str, &str)] =
-    &[("llama", "cpu", "receipts/check-cpu-smollm2.json"), ("llama", "cuda", "receipts/check-cuda-smollm2.json")];
+    &[
+        ("llama", "cpu", "receipts/check-cpu-smollm2.json"),
+        ("llama", "cuda", "receipts/check-cuda-smollm2.json"),
+        // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
+        // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
+        ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
+    ];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
@@ -130,7 +136,7 @@ mod tests {
 
     #[test]
     fn refusal_names_a_command_that_this_build_can_run() {
-        let cpu = check_gate("qwen3", "cpu", "", "model.gguf").unwrap_err().to_string();
+        let cpu = check_gate("qwen3_moe", "cpu", "", "model.gguf").unwrap_err().to_string();
         assert!(cpu.contains("`plumb check --model model.gguf --device cpu`"), "{cpu}");
         let cuda = check_gate("qwen3", "cuda", "", "model.gguf").unwrap_err().to_string();
         assert!(cuda.contains("`plumb check --model model.gguf --device cuda`"), "{cuda}");
@@ -138,6 +144,7 @@ mod tests {
         assert!(!other.contains("plumb check"), "no command that cannot work: {other}");
         assert!(other.contains("PLUMB_EXPERIMENTAL=llama"), "{other}");
         assert!(check_gate("llama", "cpu", "", "m").is_ok());
-        assert!(check_gate("qwen3", "cpu", "x, qwen3", "m").is_ok());
+        assert!(check_gate("qwen3", "cpu", "", "m").is_ok());
+        assert!(check_gate("qwen3_moe", "cpu", "x, qwen3_moe", "m").is_ok());
     }
 }
