@@ -1,8 +1,8 @@
 //! A draft model's drafts change nothing, bit for bit: the default model drafting for itself (each
 //! of its drafts is exactly the target's own sample, so every draft must be accepted: its KV stays
 //! in step with the target's tokens) and a random-weight model with the same tokenizer (almost
-//! every draft rejected), for every k, greedy and seeded sampling with penalties, eight mixed
-//! lanes with chunked prefill, and a second turn from the prefix cache.
+//! every draft rejected), for every k in 1..=8, greedy and seeded sampling with penalties, eight
+//! mixed lanes with chunked prefill, and a second turn from the prefix cache.
 
 #[path = "support/drafts.rs"]
 mod drafts;
@@ -20,7 +20,7 @@ fn a_self_draft_is_always_accepted_and_changes_nothing() {
     let reqs: Vec<Request> = (0..3).map(|i| Request::new(prompt(30 + 9 * i, i), params(i), 18, vec![])).collect();
     let want = undrafted(&reqs);
     let target = default_model();
-    for k in [1, 2, 3, 5, 8] {
+    for k in 1..=8 {
         let mut e = engine(64, 4, None);
         with_draft(&mut e, &target, k, 64);
         let got = run(&mut e, &reqs, &[0, 0, 2]);
@@ -37,7 +37,7 @@ fn a_random_draft_model_changes_nothing() {
     let reqs: Vec<Request> = (0..2).map(|i| Request::new(prompt(25, 7 + i), params(i * 3), 16, vec![])).collect();
     let want = undrafted(&reqs);
     let draft = random_draft();
-    for k in [1, 4, 8] {
+    for k in 1..=8 {
         let mut e = engine(64, 4, None);
         with_draft(&mut e, &draft, k, 64);
         let got = run(&mut e, &reqs, &[0, 1]);
