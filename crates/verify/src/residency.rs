@@ -98,9 +98,15 @@ mod tests {
         assert!(report.failures[0].contains("could not read I/O counters"), "{:?}", report.failures);
     }
 
+    fn idle() {}
+
     #[test]
     fn readable_counters_pass_an_idle_serve() {
-        let report = measure(4, || {});
+        // The first pass runs this code for the first time: on a machine short of memory its
+        // text pages may be read back from disk, which the counters rightly see. The gate
+        // measures a warmed-up serve, and so does this test.
+        let _ = measure(4, idle);
+        let report = measure(4, idle);
         assert!(report.pass, "{:?}", report.failures);
     }
 }
