@@ -27,10 +27,10 @@ pub use kv::CudaKvCache;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
-use plumb_core::{Backend, BackendError, ForwardBatch, GgmlType, KvSpec, Shape, WeightSource};
+use plumb_core::{Backend, BackendError, ForwardBatch, GgmlType, KvSpec, LinearInputs, Shape, WeightSource};
 use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why the CUDA backend could not start. Errors during a step panic instead, because the backend
@@ -93,8 +93,11 @@ pub struct CudaWeight {
     /// Device addresses of `_bytes` and `_dense`.
     pub(crate) ptr: u64,
     pub(crate) dense_ptr: Option<u64>,
-    /// This format's `linear`, `linear_split` and `embed` kernels (looked up once, not per op).
+    /// This weight's `linear`, `linear_split` and `embed` kernels (looked up once, not per op).
     pub(crate) kernels: [CudaFunction; 3],
+    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`: bf16 weights with K a
+    /// multiple of 8, activations rounded to bf16; see [`CudaBackend::linear_inputs`]).
+    pub(crate) mma: bool,
     _bytes: CudaSlice<u8>,
     _dense: Option<CudaSlice<f32>>,
 }
@@ -124,6 +127,9 @@ pub struct CudaBackend {
     pub(crate) pool: Arc<Mutex<Pool>>,
     pub(crate) state: Mutex<step_state::State>,
     graphs_enabled: AtomicBool,
+    /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
+    /// call, K and V of every attended position once per row): what a step must stream.
+    pub(crate) bytes_read: AtomicU64,
 }
 
 /// Formats with kernels: every format plumb dequantizes exactly.
@@ -149,10 +155,21 @@ fn type_suffix(ty: GgmlType) -> Option<&'static str> {
 
 /// Every kernel the module defines.
 fn kernel_names() -> Vec<String> {
-    let mut names: Vec<String> =
-        ["rms_norm", "add", "add_bias", "silu_mul", "rope", "rope_rotate_half", "gather_rows", "write_kv"]
-            .map(String::from)
-            .into();
+    let mut names: Vec<String> = [
+        "rms_norm",
+        "add",
+        "add_bias",
+        "silu_mul",
+        "rope",
+        "rope_rotate_half",
+        "gather_rows",
+        "write_kv",
+        "round_bf16",
+        "linear_mma_bf16",
+        "linear_mma_split_bf16",
+    ]
+    .map(String::from)
+    .into();
     for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
         names.push(format!("attention_{head_dim}"));
     }
@@ -198,6 +215,15 @@ impl CudaBackend {
         let mut kernels = HashMap::new();
         for name in kernel_names() {
             let f = module.load_function(&name).map_err(driver("finding a kernel"))?;
+            let smem = match name.as_str() {
+                "linear_mma_split_bf16" => ops::MMA_SPLIT_SMEM,
+                "linear_mma_bf16" => ops::MMA_TILED_SMEM,
+                _ => 0,
+            };
+            if smem > 0 {
+                use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SMEM;
+                f.set_attribute(MAX_SMEM, smem as i32).map_err(driver("allowing a kernel its shared memory"))?;
+            }
             kernels.insert(name, f);
         }
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
@@ -212,6 +238,7 @@ impl CudaBackend {
             pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
             state: Mutex::new(step_state::State::default()),
             graphs_enabled: AtomicBool::new(graphs_enabled),
+            bytes_read: AtomicU64::new(0),
             ctx,
             stream,
             _module: module,
@@ -271,6 +298,29 @@ impl CudaBackend {
     /// takes effect at the next step.
     pub fn set_graphs(&self, on: bool) {
         self.graphs_enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Bytes of weights and KV the ops have read since the backend started (see `bytes_read`).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// The device's copy bandwidth in bytes per second (read + written), measured now with a
+    /// 1 GiB device-to-device copy: the roofline a decode step's bytes are held to.
+    pub fn copy_bandwidth(&self) -> Result<f64, CudaError> {
+        let n = 1usize << 30;
+        let src = self.stream.alloc_zeros::<u8>(n).map_err(driver("allocating the bandwidth probe"))?;
+        let mut dst = self.stream.alloc_zeros::<u8>(n).map_err(driver("allocating the bandwidth probe"))?;
+        let copy = |dst: &mut CudaSlice<u8>| self.stream.memcpy_dtod(&src, dst).map_err(driver("copying"));
+        copy(&mut dst)?;
+        self.stream.synchronize().map_err(driver("synchronizing"))?;
+        let reps = 10;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            copy(&mut dst)?;
+        }
+        self.stream.synchronize().map_err(driver("synchronizing"))?;
+        Ok(2.0 * (n * reps) as f64 / t.elapsed().as_secs_f64())
     }
 
     pub fn graphs_enabled(&self) -> bool {
@@ -365,6 +415,16 @@ impl Backend for CudaBackend {
         type_suffix(ty).is_some()
     }
 
+    /// bf16 weights with K a multiple of 8 run on the tensor cores, which take bf16 activations;
+    /// every other weight keeps f32 activations on the CUDA cores.
+    fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
+        if ty == GgmlType::BF16 && k.is_multiple_of(8) && std::env::var_os("PLUMB_CUDA_MMA").is_none_or(|v| v != "0") {
+            LinearInputs::Bf16
+        } else {
+            LinearInputs::F32
+        }
+    }
+
     fn load_weight(&self, src: WeightSource) -> Result<CudaWeight, BackendError> {
         if !self.supports(src.ty) {
             return Err(BackendError::UnsupportedType { backend: self.name(), ty: src.ty, name: src.name });
@@ -389,7 +449,12 @@ impl Backend for CudaBackend {
             self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).expect("CUDA upload failed");
         let ptr = bytes.device_ptr(&self.stream).0;
         let suffix = type_suffix(src.ty).expect("checked by supports");
-        let kernels = ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone());
+        let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
+        let kernels = if mma {
+            ["linear_mma_bf16", "linear_mma_split_bf16", "embed_bf16"].map(|k| self.kernel(k).clone())
+        } else {
+            ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
+        };
         let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
         Ok(CudaWeight {
             name: src.name,
@@ -400,6 +465,7 @@ impl Backend for CudaBackend {
             ptr,
             dense_ptr,
             kernels,
+            mma,
             _bytes: bytes,
             _dense: dense,
         })

@@ -18,6 +18,19 @@ const LIN_ROWS: usize = 16;
 const LIN_SPLIT_FEAT: usize = 4;
 const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
+/// The tensor-core `linear` (kernels/linear_mma.cu): the split kernel (few rows) keeps every
+/// chunk partial of its rows in shared memory and is used while they fit in this many bytes;
+/// the tiled kernel stages two half chunks of 128 weight rows and 64 token rows.
+pub(crate) const MMA_SPLIT_SMEM: usize = 116 * 1024;
+
+/// The most rows the tensor-core `linear` runs split (more take the tiled kernel): 64, or
+/// `PLUMB_MMA_SPLIT_MAX_ROWS` for measuring the choice (never an arithmetic: both kernels
+/// compute the same bits).
+fn mma_split_max_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("PLUMB_MMA_SPLIT_MAX_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(64))
+}
+pub(crate) const MMA_TILED_SMEM: usize = 2 * (128 + 64) * 160 * 2;
 /// (row, head) units per attention block (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
 /// The largest head the attention kernel's per-lane registers hold.
@@ -47,21 +60,54 @@ impl CudaBackend {
         if x.padded_rows == 0 || w.rows == 0 {
             return;
         }
-        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
-        let cfg = LaunchConfig {
-            grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
-            block_dim: (LIN_WARPS as u32 * 32, 1, 1),
-            shared_mem_bytes: 0,
+        self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut groups_per_block = None;
+        let (kernel, cfg) = if w.mma {
+            // Split while the rows are few: as many 8-row groups per block as its shared memory
+            // holds partials for (a chunk's weights are read once per block).
+            let group_smem = w.cols.div_ceil(256) * 16 * 8 * 4;
+            let groups = x.padded_rows.div_ceil(8);
+            let fit = (MMA_SPLIT_SMEM / group_smem).min(groups);
+            if x.padded_rows <= mma_split_max_rows() && fit > 0 {
+                groups_per_block = Some(fit);
+                let grid = (groups.div_ceil(fit) as u32, w.rows.div_ceil(16) as u32, 1);
+                let smem = (fit * group_smem) as u32;
+                (&w.kernels[1], LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: smem })
+            } else {
+                let grid = (x.padded_rows.div_ceil(64) as u32, w.rows.div_ceil(128) as u32, 1);
+                let cfg =
+                    LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: MMA_TILED_SMEM as u32 };
+                (&w.kernels[0], cfg)
+            }
+        } else {
+            let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
+            let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
+            let cfg = LaunchConfig {
+                grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
+                block_dim: (LIN_WARPS as u32 * 32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (kernel, cfg)
         };
+        // The tensor-core kernels take the activations rounded to bf16, once for every block.
+        let rounded = w.mma.then(|| {
+            let n8 = x.padded_rows * x.cols / 8;
+            let buf = self.alloc(n8 * 16);
+            self.submit(Launch::new(self.kernel("round_bf16"), grid_1d(n8)).ptr(x.ptr()).ptr(buf.ptr).u64(n8 as u64));
+            buf
+        });
         let l = Launch::new(kernel, cfg)
-            .ptr(x.ptr())
+            .ptr(rounded.as_ref().map_or(x.ptr(), |b| b.ptr))
             .ptr(w.ptr)
             .u64(w.row_bytes as u64)
             .ptr(out.ptr())
             .i32(x.padded_rows as i32)
             .i32(w.rows as i32)
             .i32(w.cols as i32);
+        let l = match groups_per_block {
+            Some(g) => l.i32(g as i32),
+            None => l,
+        };
         self.submit(l);
     }
 
@@ -321,6 +367,10 @@ impl AttentionOps for CudaBackend {
         if padded == 0 {
             return;
         }
+        // K and V of every attended position, once per row (f32).
+        let attended: u64 = batch.positions.iter().map(|&p| p as u64 + 1).sum();
+        let per_position = (2 * spec.num_kv_heads * spec.head_dim * 4) as u64;
+        self.bytes_read.fetch_add(attended * per_position, std::sync::atomic::Ordering::Relaxed);
         let kv_id = crate::step::kv_id(kv);
         let step = self
             .with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));

@@ -89,6 +89,24 @@ fn linear_rows_are_batch_invariant_for_every_format() {
 }
 
 #[test]
+fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
+    let Some(b) = device::backend("linear") else { return };
+    let mut rng = Rng::new(device::seed());
+    // bf16 weights run on the tensor cores (kernels/linear_mma.cu). At K = 8192 (32 chunks) the
+    // split kernel's shared memory holds partials for 7 token groups, so 57..=64 rows take two
+    // blocks of rows; more take the tiled kernel. Every path must give a row the same bits.
+    let (n, k) = (40, 8192);
+    let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
+    let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
+    check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {
+        let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
+        let mut out = b.tensor(rows.len(), n);
+        b.linear(&xt, &w, &mut out);
+        b.download(&out)
+    });
+}
+
+#[test]
 fn row_wise_ops_are_batch_invariant() {
     let Some(b) = device::backend("row-wise ops") else { return };
     let mut rng = Rng::new(device::seed());

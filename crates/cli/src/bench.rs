@@ -119,6 +119,19 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
             dd.push(args.gen_len as f64 / decode);
         }
     }
+    // Bytes read per generated token, where the backend counts them (for the roofline): a
+    // generation's bytes less those of its prompt's prefill alone.
+    let mut decode_bytes = |prompt: usize| -> Result<Option<f64>> {
+        let mut read = |generated: usize| -> Result<Option<u64>> {
+            let before = s.engine.backend().bytes_read();
+            timed_generation(&mut s, tokens(prompt, vocab, 4000), generated)?;
+            Ok(s.engine.backend().bytes_read().zip(before).map(|(a, b)| a - b))
+        };
+        let (with, without) = (read(args.gen_len)?, read(0)?);
+        Ok(with.zip(without).map(|(a, b)| (a - b) as f64 / args.gen_len as f64))
+    };
+    let tg_bytes = decode_bytes(1)?;
+    let dd_bytes = if args.depth > 0 { decode_bytes(args.depth)? } else { None };
     let sha = sha256_model(&s.path, &NoProgress)?;
     let mut figures = json!({
         "backend": s.engine.backend().name(),
@@ -139,6 +152,28 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
     if args.depth > 0 {
         figures[format!("tg{}_at_depth{}_tokens_per_s", args.gen_len, args.depth)] = json!(median(dd.clone()));
         figures["depth_runs"] = json!(dd);
+    }
+    if let (Some(bw), Some(tg_bytes)) = (s.engine.backend().copy_bandwidth(), tg_bytes) {
+        // Roofline: the bytes a generated token reads ÷ the copy bandwidth measured now.
+        let tg_fraction = median(tg.clone()) * tg_bytes / bw;
+        let mut roof = json!({
+            "copy_bandwidth_gb_per_s": bw / 1e9,
+            "tg_bytes_per_token": tg_bytes,
+            "tg_roofline_tokens_per_s": bw / tg_bytes,
+            "tg_fraction_of_roofline": tg_fraction,
+        });
+        if let Some(dd_bytes) = dd_bytes {
+            roof["depth_bytes_per_token"] = json!(dd_bytes);
+            roof["depth_roofline_tokens_per_s"] = json!(bw / dd_bytes);
+            roof["depth_fraction_of_roofline"] = json!(median(dd.clone()) * dd_bytes / bw);
+        }
+        eprintln!(
+            "roofline: {:.0} GB/s copy bandwidth, {:.3} GB per token: tg at {:.0}% of it",
+            bw / 1e9,
+            tg_bytes / 1e9,
+            100.0 * tg_fraction
+        );
+        figures["roofline"] = roof;
     }
     let r = receipt::envelope("bench", started, &s.path, &sha, figures.clone());
     if let Some(path) = &args.receipt {

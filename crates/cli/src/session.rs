@@ -113,6 +113,14 @@ pub trait OpenBackend: FullBackend + Sized + 'static {
     fn device_info(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+    /// Bytes of weights and KV read by the ops so far, where the backend counts them.
+    fn bytes_read(&self) -> Option<u64> {
+        None
+    }
+    /// The measured copy bandwidth in bytes/s (read + written), where the backend measures it.
+    fn copy_bandwidth(&self) -> Option<f64> {
+        None
+    }
 }
 
 impl OpenBackend for CpuBackend {
@@ -137,6 +145,12 @@ impl OpenBackend for CudaBackend {
     }
     fn threads(&self) -> Option<usize> {
         None
+    }
+    fn bytes_read(&self) -> Option<u64> {
+        Some(CudaBackend::bytes_read(self))
+    }
+    fn copy_bandwidth(&self) -> Option<f64> {
+        CudaBackend::copy_bandwidth(self).ok()
     }
     fn device_info(&self) -> serde_json::Value {
         serde_json::json!({

@@ -38,6 +38,26 @@ pub trait Shape {
     fn cols(&self) -> usize;
 }
 
+/// How `linear` rounds its activation input ([`Backend::linear_inputs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearInputs {
+    /// Activations enter the products as f32.
+    F32,
+    /// Each activation is rounded to bf16 (to nearest, ties to even) first; products and sums
+    /// stay f32.
+    Bf16,
+}
+
+impl LinearInputs {
+    /// `x` as the products see it.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            LinearInputs::F32 => x,
+            LinearInputs::Bf16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+}
+
 /// Memory: tensors, weights and the KV cache. Every other group builds on it.
 pub trait Backend: Send + Sync {
     /// Activations: [rows, cols] f32.
@@ -52,6 +72,14 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> &'static str;
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;
+    /// The declared precision of `linear`'s activation input for a weight of type `ty` with `k`
+    /// columns: f32 (the default) or rounded to bf16 as it enters the products (tensor-core
+    /// GEMMs). Conformance and the whole-model gate measure the backend against the reference
+    /// run at this precision, so a declaration is checked, never a silent loss.
+    fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
+        let _ = (ty, k);
+        LinearInputs::F32
+    }
     fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
     /// A [rows, cols] tensor for an op to write. Its contents are unspecified until then (a
     /// device backend hands out recycled memory; the CPU backends zero it).

@@ -10,8 +10,8 @@ pub mod dtype;
 pub mod quant;
 
 pub use backend::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, LinearOps, MOE_OPS, MoeOps, OPS,
-    RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, LinearInputs, LinearOps, MOE_OPS,
+    MoeOps, OPS, RopeOps, Shape, WeightSource,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneView};
 pub use bytes::HostBytes;

@@ -109,6 +109,9 @@ fn linear_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Ca
             let x = activations(rng, num_rows, k, spread);
             let mut got = p.poisoned(num_rows, m);
             p.b.linear(&p.b.upload(&x, num_rows, k), &w, &mut got);
+            // The reference takes the activations as the backend declares its products see them.
+            let inputs = p.b.linear_inputs(ty, k);
+            let x: Vec<f32> = x.iter().map(|&v| inputs.round(v)).collect();
             let mut want = p.r.tensor(num_rows, m);
             p.r.linear(&p.r.upload(&x, num_rows, k), &wr, &mut want);
             // Backward error needs |x|·|w|: the reference's dequantized weights, in float64.
@@ -124,7 +127,7 @@ fn linear_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Ca
             }
             out.push(CaseResult::new(
                 "linear",
-                format!("{ty} {num_rows}x{k}·{m}x{k} {spread:?}"),
+                format!("{ty} {num_rows}x{k}·{m}x{k} {spread:?} ({inputs:?} inputs)"),
                 Metric::DotBackward,
                 worst,
                 dot_bound(k),
