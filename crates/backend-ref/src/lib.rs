@@ -12,9 +12,10 @@ mod moe;
 pub use float::RefFloat;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearOps, MoeOps, RopeOps,
-    Shape, WeightSource, dequantize,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearInputs, LinearOps,
+    MoeOps, RopeOps, Shape, WeightSource, dequantize,
 };
+use std::collections::HashSet;
 use std::marker::PhantomData;
 
 /// [rows, cols] row-major values of type `T`.
@@ -23,6 +24,9 @@ pub struct RefTensor<T> {
     pub rows: usize,
     pub cols: usize,
     pub data: Vec<T>,
+    /// For a weight: how `linear` rounds the activations it multiplies (see
+    /// [`RefBackend::with_linear_inputs`]); F32 otherwise.
+    pub linear_inputs: LinearInputs,
 }
 
 impl<T> Shape for RefTensor<T> {
@@ -46,13 +50,23 @@ pub struct RefKvCache<T> {
 #[derive(Debug)]
 pub struct RefBackend<T> {
     threads: usize,
+    /// Weights (format, K) whose `linear` takes activations rounded to bf16 — the declared
+    /// precision of a backend under test, so `RefBackend<f32>` gives that backend's floor.
+    bf16_inputs: HashSet<(GgmlType, usize)>,
     _float: PhantomData<T>,
 }
 
 impl<T: RefFloat> RefBackend<T> {
     /// A backend whose `linear` splits outputs over `threads` threads (results do not depend on it).
     pub fn new(threads: usize) -> Self {
-        RefBackend { threads: threads.max(1), _float: PhantomData }
+        RefBackend { threads: threads.max(1), bf16_inputs: HashSet::new(), _float: PhantomData }
+    }
+
+    /// The same, with `linear` rounding its activations to bf16 for weights of these (format, K),
+    /// as a backend declares it does ([`Backend::linear_inputs`]).
+    pub fn with_linear_inputs(mut self, bf16_inputs: impl IntoIterator<Item = (GgmlType, usize)>) -> Self {
+        self.bf16_inputs = bf16_inputs.into_iter().collect();
+        self
     }
 }
 
@@ -77,16 +91,20 @@ impl<T: RefFloat> Backend for RefBackend<T> {
         let mut f = vec![0f32; src.rows * src.cols];
         dequantize(src.ty, &src.bytes, &mut f)
             .map_err(|e| BackendError::BadWeight { name: src.name.clone(), why: e.to_string() })?;
-        Ok(RefTensor { rows: src.rows, cols: src.cols, data: f.into_iter().map(|x| T::from_f64(x as f64)).collect() })
+        let linear_inputs =
+            if self.bf16_inputs.contains(&(src.ty, src.cols)) { LinearInputs::Bf16 } else { LinearInputs::F32 };
+        let data = f.into_iter().map(|x| T::from_f64(x as f64)).collect();
+        Ok(RefTensor { rows: src.rows, cols: src.cols, data, linear_inputs })
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> RefTensor<T> {
-        RefTensor { rows, cols, data: vec![T::zero(); rows * cols] }
+        RefTensor { rows, cols, data: vec![T::zero(); rows * cols], linear_inputs: LinearInputs::F32 }
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> RefTensor<T> {
         assert_eq!(data.len(), rows * cols);
-        RefTensor { rows, cols, data: data.iter().map(|&x| T::from_f64(x as f64)).collect() }
+        let data = data.iter().map(|&x| T::from_f64(x as f64)).collect();
+        RefTensor { rows, cols, data, linear_inputs: LinearInputs::F32 }
     }
 
     fn download(&self, t: &RefTensor<T>) -> Vec<f32> {
@@ -124,6 +142,14 @@ impl<T: RefFloat> LinearOps for RefBackend<T> {
     fn linear(&self, x: &RefTensor<T>, w: &RefTensor<T>, out: &mut RefTensor<T>) {
         assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear: shape mismatch");
         let (m, k) = (w.rows, w.cols);
+        let rounded: Vec<T>;
+        let x_data = match w.linear_inputs {
+            LinearInputs::F32 => &x.data,
+            inputs => {
+                rounded = x.data.iter().map(|&v| T::from_f64(inputs.round(v.to_f64() as f32) as f64)).collect();
+                &rounded
+            }
+        };
         let chunk = m.div_ceil(self.threads);
         // Each thread computes whole output columns m0..m1 for every row; nothing is shared.
         let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
@@ -135,7 +161,7 @@ impl<T: RefFloat> LinearOps for RefBackend<T> {
                         let mut part = Vec::with_capacity(x.rows * (m1 - m0));
                         for n in 0..x.rows {
                             for j in m0..m1 {
-                                part.push(dot(&x.data[n * k..(n + 1) * k], &w.data[j * k..(j + 1) * k]));
+                                part.push(dot(&x_data[n * k..(n + 1) * k], &w.data[j * k..(j + 1) * k]));
                             }
                         }
                         part

@@ -62,11 +62,11 @@ impl<T: RefFloat> MoeOps for RefBackend<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plumb_core::Backend;
+    use plumb_core::{Backend, LinearInputs};
 
     fn route(scores: &[f64], k: usize, renormalize: bool) -> (Vec<u32>, Vec<f64>) {
         let b = RefBackend::<f64>::new(1);
-        let logits = RefTensor { rows: 1, cols: scores.len(), data: scores.to_vec() };
+        let logits = RefTensor { rows: 1, cols: scores.len(), data: scores.to_vec(), linear_inputs: LinearInputs::F32 };
         let mut w = b.tensor(1, k);
         let ids = b.router_topk(&logits, k, renormalize, &mut w);
         (ids, w.data)

@@ -140,12 +140,15 @@ fn linear_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Ca
     let (w2, r2) = p.weight(rng, GgmlType::Q8_0, 8, 256);
     let (w3, r3) = p.weight(rng, GgmlType::F16, 16, 256);
     let x = activations(rng, 5, 256, Spread::Normal);
-    let (xb, xr) = (p.b.upload(&x, 5, 256), p.r.upload(&x, 5, 256));
+    let xb = p.b.upload(&x, 5, 256);
     let (mut g1, mut g2, mut g3) = (p.poisoned(5, 24), p.poisoned(5, 8), p.poisoned(5, 16));
     p.b.linear_multi(&xb, &[&w1, &w2, &w3], &mut [&mut g1, &mut g2, &mut g3]);
+    let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16];
     for (i, (g, w)) in [(&g1, &r1), (&g2, &r2), (&g3, &r3)].into_iter().enumerate() {
+        let inputs = p.b.linear_inputs(types[i], 256);
+        let xi: Vec<f32> = x.iter().map(|&v| inputs.round(v)).collect();
         let mut want = p.r.tensor(5, w.rows);
-        p.r.linear(&xr, w, &mut want);
+        p.r.linear(&p.r.upload(&xi, 5, 256), w, &mut want);
         let (gv, wv, written) = p.compare(g, &want);
         let error = crate::nrms(&gv, &wv);
         out.push(CaseResult::new(

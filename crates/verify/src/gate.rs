@@ -16,7 +16,7 @@ pub use runner::{NonFinite, argmax, first_non_finite, top2_gap};
 
 use plumb_backend_ref::RefBackend;
 use plumb_checkpoint::CheckpointRef;
-use plumb_core::FullBackend;
+use plumb_core::{Backend, FullBackend, GgmlType, LinearInputs};
 use plumb_models::ModelError;
 use runner::Runner;
 
@@ -86,6 +86,16 @@ fn lane_chunk(lane: usize, step: usize) -> usize {
     [5, 64, 1, 17, 3][(lane + step) % 5]
 }
 
+/// The (format, K) of the checkpoint's weights for which `backend` declares bf16 activations.
+fn declared_bf16_inputs<B: Backend>(file: &CheckpointRef<'_>, backend: &B) -> Vec<(GgmlType, usize)> {
+    file.weight_names()
+        .iter()
+        .filter_map(|name| file.weight(name).ok().flatten())
+        .map(|w| (w.ty, w.cols))
+        .filter(|&(ty, k)| backend.linear_inputs(ty, k) == LinearInputs::Bf16)
+        .collect()
+}
+
 /// Runs the gate for the model in `file` (a GGUF file or a Hugging Face folder) on `backend`;
 /// `ref_threads` parallelizes the reference.
 pub fn run_gate<'c, B: FullBackend + 'static>(
@@ -98,7 +108,10 @@ pub fn run_gate<'c, B: FullBackend + 'static>(
     let file = file.into();
     let max_len = controls.iter().map(|c| c.prompt.len() + c.gen_len).max().unwrap_or(1);
     let f64_backend = RefBackend::<f64>::new(ref_threads);
-    let f32_backend = RefBackend::<f32>::new(ref_threads);
+    // The floor is float32 at the backend's declared precision: weights whose `linear` it says
+    // takes bf16 activations take them in the floor too.
+    let bf16_inputs = declared_bf16_inputs(&file, backend);
+    let f32_backend = RefBackend::<f32>::new(ref_threads).with_linear_inputs(bf16_inputs);
     let mut truth = Runner::new(file, &f64_backend, max_len, 1)?;
     let vocab = truth.model.config().vocab_size;
     let mut floor = Runner::new(file, &f32_backend, max_len, 1)?;

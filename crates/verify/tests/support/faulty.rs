@@ -29,6 +29,9 @@ pub enum Fault {
     /// has more than one row, twice otherwise. (Reversing the slot order would not do: with top-2,
     /// 0 + a + b and 0 + b + a round alike.)
     MoeRoundingDependsOnBatch,
+    /// `linear` rounds its activations to bf16 for weights whose K is a multiple of 8 (as a
+    /// tensor-core backend does), declaring it through `linear_inputs` when `true`.
+    Bf16Inputs(bool),
 }
 
 #[derive(Debug)]
@@ -52,6 +55,12 @@ impl Backend for Faulty {
     }
     fn supports(&self, ty: GgmlType) -> bool {
         self.inner.supports(ty)
+    }
+    fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
+        match self.fault {
+            Fault::Bf16Inputs(true) if k.is_multiple_of(8) => LinearInputs::Bf16,
+            _ => self.inner.linear_inputs(ty, k),
+        }
     }
     fn load_weight(&self, mut src: WeightSource) -> Result<CpuWeight, BackendError> {
         if self.fault == Fault::DroppedBlockScale && matches!(src.ty, GgmlType::Q4_1 | GgmlType::Q8_0) && src.rows > 1 {
@@ -132,6 +141,11 @@ impl LinearOps for Faulty {
                     out.data[n * m + j] = s;
                 }
             }
+            return;
+        }
+        if matches!(self.fault, Fault::Bf16Inputs(_)) && w.cols.is_multiple_of(8) {
+            let rounded: Vec<f32> = x.data.iter().map(|&v| LinearInputs::Bf16.round(v)).collect();
+            self.inner.linear(&self.inner.upload(&rounded, x.rows, x.cols), w, out);
             return;
         }
         self.inner.linear(x, w, out);
