@@ -41,25 +41,36 @@ struct Entry {
 #[derive(Default)]
 pub struct Graphs {
     entries: HashMap<GraphKey, Entry>,
-    pub stats: GraphStats,
+    /// Shared so a receipt can read them after the backend has moved into an engine thread.
+    pub stats: Arc<std::sync::Mutex<GraphStats>>,
     /// Set when a capture failed: graphs stay off for the rest of the backend's life.
     pub broken: bool,
 }
 
+fn count(stats: &std::sync::Mutex<GraphStats>, f: impl FnOnce(&mut GraphStats)) {
+    f(&mut stats.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
 impl std::fmt::Debug for Graphs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Graphs({} keys, {:?})", self.entries.len(), self.stats)
+        write!(f, "Graphs({} keys, {:?})", self.entries.len(), self.stats())
     }
 }
 
 impl Graphs {
     /// Runs a recorded step's `ops` on `stream`: by graph replay, by a fresh capture, or one by one.
+    /// The counters now.
+    pub fn stats(&self) -> GraphStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+
     pub fn submit(&mut self, key: GraphKey, ops: Vec<Op>, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
         let entry = self.entries.entry(key).or_default();
         if let Some(c) = &entry.captured
             && c.ops == ops
         {
-            self.stats.num_replayed += 1;
+            count(&self.stats, |s| s.num_replayed += 1);
             return c.graph.launch();
         }
         if !self.broken && entry.last == ops {
@@ -72,7 +83,7 @@ impl Graphs {
                     graph.launch()?;
                     entry.captured = Some(Captured { ops, graph });
                     entry.last.clear();
-                    self.stats.num_captured += 1;
+                    count(&self.stats, |s| s.num_captured += 1);
                     return Ok(());
                 }
                 Err(e) => {
@@ -85,7 +96,7 @@ impl Graphs {
             execute(op, stream)?;
         }
         entry.last = ops;
-        self.stats.num_eager += 1;
+        count(&self.stats, |s| s.num_eager += 1);
         Ok(())
     }
 }

@@ -329,7 +329,13 @@ impl CudaBackend {
 
     /// How recorded steps ran so far: captured, replayed, or launch by launch.
     pub fn graph_stats(&self) -> GraphStats {
-        self.lock_state().graphs.stats
+        self.lock_state().graphs.stats()
+    }
+
+    /// The graph counters, readable after the backend has moved (into an engine thread).
+    pub fn graph_stats_source(&self) -> impl Fn() -> GraphStats + Send + Sync + 'static {
+        let stats = self.lock_state().graphs.stats.clone();
+        move || *stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Activation pool allocations served from its free lists and by the driver.

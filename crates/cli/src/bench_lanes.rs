@@ -122,7 +122,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     };
     let backend_name = backend.name();
     let threads = backend.threads();
-    let device = backend.device_info();
+    let device = backend.device_info_later();
     let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
     let mut engine = Engine::new(backend, model, config);
     if let Some(spec) = &drafter {
@@ -170,7 +170,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let figures = json!({
         "backend": backend_name,
         "threads": threads,
-        "device": device,
+        "device": device(),
         "prompt_len": args.prompt_len,
         "gen_len": args.gen_len,
         "step_tokens": args.step_tokens,

@@ -113,6 +113,12 @@ pub trait OpenBackend: FullBackend + Sized + 'static {
     fn device_info(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+    /// What a receipt records about the device, read when it is called (the backend may have
+    /// moved into an engine thread by then): counters cover the run.
+    fn device_info_later(&self) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
+        let now = self.device_info();
+        Box::new(move || now.clone())
+    }
     /// Bytes of weights and KV read by the ops so far, where the backend counts them.
     fn bytes_read(&self) -> Option<u64> {
         None
@@ -151,6 +157,20 @@ impl OpenBackend for CudaBackend {
     }
     fn copy_bandwidth(&self) -> Option<f64> {
         CudaBackend::copy_bandwidth(self).ok()
+    }
+    fn device_info_later(&self) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
+        let fixed = self.device_info();
+        let stats = self.graph_stats_source();
+        Box::new(move || {
+            let mut info = fixed.clone();
+            let s = stats();
+            info["graph_steps"] = serde_json::json!({
+                "captured": s.num_captured,
+                "replayed": s.num_replayed,
+                "eager": s.num_eager,
+            });
+            info
+        })
     }
     fn device_info(&self) -> serde_json::Value {
         serde_json::json!({
