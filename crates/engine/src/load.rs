@@ -2,6 +2,7 @@
 //! `tokenizer.ggml.*`, or a Hugging Face folder's tokenizer and generation files) and the chat
 //! template. Shared by the CLI and the server.
 
+use crate::generation_config::GenerationConfig;
 use plumb_checkpoint::{CheckpointError, CheckpointRef, GgufFile, HfCheckpoint, MetaValue};
 use plumb_tokenizer::{ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
 
@@ -92,30 +93,11 @@ pub fn hf_tokenizer_spec(ckpt: &HfCheckpoint) -> Result<TokenizerSpec, LoadError
     let template = ckpt.read_optional("chat_template.jinja")?;
     let mut spec = TokenizerSpec::from_hf_files(&json, config.as_deref(), template.as_deref())?;
     let extra = match ckpt.read_optional("generation_config.json")? {
-        Some(text) => generation_eos_ids(&text, &ckpt.dir().join("generation_config.json"))?,
+        Some(text) => GenerationConfig::parse(&text, &ckpt.dir().join("generation_config.json"))?.eos_ids,
         None => Vec::new(),
     };
     spec.derive_eog(&extra);
     Ok(spec)
-}
-
-/// `eos_token_id` of a `generation_config.json`: one id or a list.
-fn generation_eos_ids(text: &str, path: &std::path::Path) -> Result<Vec<u32>, LoadError> {
-    let bad =
-        |why: String| LoadError::BadGenerationConfig { file: path.display().to_string(), key: "eos_token_id", why };
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LoadError::BadGenerationConfig {
-        file: path.display().to_string(),
-        key: "(file)",
-        why: format!("is not JSON: {e}"),
-    })?;
-    let id = |x: &serde_json::Value| x.as_u64().and_then(|i| u32::try_from(i).ok());
-    match v.get("eos_token_id") {
-        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-        Some(serde_json::Value::Array(list)) => {
-            list.iter().map(|x| id(x).ok_or_else(|| bad(format!("holds {x}, not a token id")))).collect()
-        }
-        Some(x) => id(x).map(|i| vec![i]).ok_or_else(|| bad(format!("is {x}, not a token id"))),
-    }
 }
 
 /// The tokenizer of any checkpoint.

@@ -69,14 +69,13 @@ const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
-pub const GATES_PASSED: &[(&str, &str, &str)] =
-    &[
-        ("llama", "cpu", "receipts/check-cpu-smollm2.json"),
-        ("llama", "cuda", "receipts/check-cuda-smollm2.json"),
-        // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
-        // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
-        ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
-    ];
+pub const GATES_PASSED: &[(&str, &str, &str)] = &[
+    ("llama", "cpu", "receipts/check-cpu-smollm2.json"),
+    ("llama", "cuda", "receipts/check-cuda-smollm2.json"),
+    // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
+    // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
+    ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
+];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.

@@ -24,7 +24,17 @@ fn schemathesis_finds_no_server_error_and_no_schema_violation() {
         ])
         // The timeout catches a hung server, not a slow machine: one generated request asks for 95
         // answers, which took over 60 s on a 2-core CI machine busy with other tests.
-        .args(["--max-examples", "30", "--seed", "20261130", "--workers", "2", "--no-color", "--request-timeout", "300"])
+        .args([
+            "--max-examples",
+            "30",
+            "--seed",
+            "20261130",
+            "--workers",
+            "2",
+            "--no-color",
+            "--request-timeout",
+            "300",
+        ])
         .env("SCHEMATHESIS_HOOKS", "")
         .output()
         .expect("running schemathesis");
