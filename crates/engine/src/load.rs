@@ -4,7 +4,7 @@
 
 use crate::generation_config::GenerationConfig;
 use plumb_checkpoint::{CheckpointError, CheckpointRef, GgufFile, HfCheckpoint, MetaValue};
-use plumb_tokenizer::{ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
+use plumb_tokenizer::{ChatTemplate, Normalizer, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
 
 /// Why a checkpoint's tokenizer could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +50,14 @@ pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, LoadError> {
     };
     let tokens: Vec<String> = file.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let spm = kind == TokenizerKind::SentencePiece;
+    let pre = file.opt("tokenizer.ggml.pre", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default();
     let mut spec = TokenizerSpec {
         kind,
-        pre: file.opt("tokenizer.ggml.pre", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default(),
+        // llama.cpp skips merging a word that is itself a token for Llama 3 vocabularies (as
+        // their tokenizer.json's `ignore_merges` says), and normalizes no GGUF text.
+        ignore_merges: matches!(pre.as_str(), "llama-bpe" | "llama3" | "llama-v3"),
+        normalizer: Normalizer::None,
+        pre,
         tokens,
         scores: opt_array(file, "tokenizer.ggml.scores", "a non-float", |v| v.as_f64().map(|x| x as f32))?,
         token_types: opt_array(file, "tokenizer.ggml.token_type", "a non-integer", |v| {

@@ -39,6 +39,11 @@ pub struct ByteLevelBpe {
     byte_ids: [Option<TokenId>; 256],
     /// (left, right) → (rank, merged id).
     merges: HashMap<(TokenId, TokenId), (u32, TokenId)>,
+    /// With `ignore_merges`: every token's byte-level text → its id, so a whole word that is a
+    /// token skips merging.
+    words: Option<HashMap<String, TokenId>>,
+    /// [`byte_to_char`], kept for the whole-word lookup.
+    chars: [char; 256],
 }
 
 impl ByteLevelBpe {
@@ -60,7 +65,8 @@ impl ByteLevelBpe {
             // Keep the first (highest-priority) rule if a pair repeats, as Hugging Face does.
             merges.entry((l, r)).or_insert((rank as u32, m));
         }
-        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges })
+        let words = spec.ignore_merges.then(|| token_to_id.iter().map(|(&text, &id)| (text.to_string(), id)).collect());
+        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges, words, chars })
     }
 
     /// Appends the ids of `text` (no special tokens inside) to `out`.
@@ -69,6 +75,13 @@ impl ByteLevelBpe {
     }
 
     fn encode_word(&self, word: &[u8], out: &mut Vec<TokenId>) {
+        if let Some(words) = &self.words {
+            let text: String = word.iter().map(|&b| self.chars[b as usize]).collect();
+            if let Some(&id) = words.get(&text) {
+                out.push(id);
+                return;
+            }
+        }
         let mut syms: Vec<Symbol> = word
             .iter()
             .filter_map(|&b| self.byte_ids[b as usize])
