@@ -38,7 +38,6 @@ if [ ! -f "$work/q4_k_m.gguf" ]; then
 fi
 [ -n "${PREP_ONLY:-}" ] && exit 0
 
-export PLUMB_EXPERIMENTAL="${PLUMB_EXPERIMENTAL:-qwen3_moe}"
 peer_runs=()
 for q in q8_0 q4_k_m; do
     "$plumb" bench --model "$work/$q.gguf" --threads "$threads" --repetitions "$reps" --prompt-len "$pp" \
