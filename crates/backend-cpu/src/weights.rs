@@ -86,9 +86,16 @@ impl Fused for Q4K {
     type Header = ([f32; 8], [f32; 8]);
     #[inline(always)]
     fn header<S: F32x16>(b: &[u8]) -> Self::Header {
+        // Loops, not closures, so this inlines into the caller's `#[target_feature]` kernel;
+        // decode calls it once per 256 weights and column.
         let (d, dmin) = (S::f16_scalar(b, 0), S::f16_scalar(b, 2));
         let (sc, mn) = plumb_core::quant::k_scale_min(&b[4..16]);
-        (std::array::from_fn(|i| d * sc[i] as f32), std::array::from_fn(|i| dmin * mn[i] as f32))
+        let (mut dl, mut ml) = ([0f32; 8], [0f32; 8]);
+        for i in 0..8 {
+            dl[i] = d * sc[i] as f32;
+            ml[i] = dmin * mn[i] as f32;
+        }
+        (dl, ml)
     }
     #[inline(always)]
     fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2] {
@@ -111,7 +118,11 @@ impl Fused for Q6K {
     #[inline(always)]
     fn header<S: F32x16>(b: &[u8]) -> Self::Header {
         let d = S::f16_scalar(b, 208);
-        std::array::from_fn(|i| d * (b[192 + i] as i8) as f32)
+        let mut dl = [0f32; 16];
+        for (i, v) in dl.iter_mut().enumerate() {
+            *v = d * (b[192 + i] as i8) as f32;
+        }
+        dl
     }
     #[inline(always)]
     fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2] {
