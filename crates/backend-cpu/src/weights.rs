@@ -101,7 +101,7 @@ impl Fused for Q4K {
     fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2] {
         let qs = &b[16 + (sub / 2) * 32..];
         let (dl, ml) = (S::splat(h.0[sub]), S::splat(h.1[sub]));
-        let (q0, q1) = if sub % 2 == 0 {
+        let (q0, q1) = if sub.is_multiple_of(2) {
             (S::from_nibbles::<false>(qs), S::from_nibbles::<false>(&qs[16..]))
         } else {
             (S::from_nibbles::<true>(qs), S::from_nibbles::<true>(&qs[16..]))

@@ -42,8 +42,6 @@ pub struct ByteLevelBpe {
     /// With `ignore_merges`: every token's byte-level text → its id, so a whole word that is a
     /// token skips merging.
     words: Option<HashMap<String, TokenId>>,
-    /// [`byte_to_char`], kept for the whole-word lookup.
-    chars: [char; 256],
 }
 
 impl ByteLevelBpe {
@@ -66,7 +64,7 @@ impl ByteLevelBpe {
             merges.entry((l, r)).or_insert((rank as u32, m));
         }
         let words = spec.ignore_merges.then(|| token_to_id.iter().map(|(&text, &id)| (text.to_string(), id)).collect());
-        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges, words, chars })
+        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges, words })
     }
 
     /// Appends the ids of `text` (no special tokens inside) to `out`.
@@ -76,7 +74,9 @@ impl ByteLevelBpe {
 
     fn encode_word(&self, word: &[u8], out: &mut Vec<TokenId>) {
         if let Some(words) = &self.words {
-            let text: String = word.iter().map(|&b| self.chars[b as usize]).collect();
+            static CHARS: std::sync::OnceLock<[char; 256]> = std::sync::OnceLock::new();
+            let chars = CHARS.get_or_init(byte_to_char);
+            let text: String = word.iter().map(|&b| chars[b as usize]).collect();
             if let Some(&id) = words.get(&text) {
                 out.push(id);
                 return;
