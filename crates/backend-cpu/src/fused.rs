@@ -1,5 +1,6 @@
 //! The decode-side `linear` kernel: a few activation rows multiplied straight from quantized
-//! blocks. Each 32-weight block is dequantized once into registers (`weights::Block32`) and then
+//! blocks. Each 32-weight block is dequantized once into registers (`weights::Fused`; K-quant
+//! super-blocks decode their scales once per 256 weights) and then
 //! multiplied into the accumulators of every row of a group (up to `GROUP` rows × a few weight
 //! rows held in registers, like a GEMM micro-kernel whose B operand is unpacked on the fly), so
 //! adding rows adds FMAs, not unpacking or weight traffic.
@@ -9,7 +10,7 @@
 
 use crate::SharedOut;
 use crate::simd::F32x16;
-use crate::weights::Block32;
+use crate::weights::Fused;
 
 /// Activation rows that share one dequantized block.
 pub(crate) const GROUP: usize = 8;
@@ -47,7 +48,7 @@ pub(crate) struct Out<'a> {
 /// nothing) is prefetched a column group at a time, which spreads the requests over the work.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn fused_tile<S: F32x16, F: Block32>(
+pub(crate) fn fused_tile<S: F32x16, F: Fused>(
     xp: &[f32],
     num_rows: usize,
     k: usize,
@@ -89,7 +90,7 @@ struct Group<'a> {
 
 /// R rows × all the tile's columns, C columns at a time (then one at a time for the rest).
 #[inline(always)]
-fn columns<S: F32x16, F: Block32, const R: usize, const C: usize>(xs: &[[f32; BLOCK]], g: &Group, at: &Out) {
+fn columns<S: F32x16, F: Fused, const R: usize, const C: usize>(xs: &[[f32; BLOCK]], g: &Group, at: &Out) {
     let (xs, _) = xs.as_chunks::<R>();
     let mut c0 = 0;
     while c0 < g.num_cols {
@@ -117,20 +118,28 @@ fn store<const R: usize, const C: usize>(at: &Out, r0: usize, c0: usize, dots: &
 }
 
 /// Σ_k x[r, k] · w_c[k] for the R rows of `xs` ([k / 32] blocks of [R, 32]) and the C weight
-/// rows of `w` (`row_bytes` each).
+/// rows of `w` (`row_bytes` each), a super-block of `F::SUBS` blocks at a time.
 #[inline(always)]
-fn micro<S: F32x16, F: Block32, const R: usize, const C: usize>(
+fn micro<S: F32x16, F: Fused, const R: usize, const C: usize>(
     xs: &[[[f32; BLOCK]; R]],
     w: &[u8],
     row_bytes: usize,
 ) -> [[f32; C]; R] {
     let cols: [&[u8]; C] = std::array::from_fn(|c| &w[c * row_bytes..(c + 1) * row_bytes]);
     let mut acc = [[S::zero(); C]; R];
-    for (blk, xb) in xs.iter().enumerate() {
-        for (c, col) in cols.iter().enumerate() {
-            let [w0, w1] = F::weights::<S>(&col[blk * F::BYTES..(blk + 1) * F::BYTES]);
-            for (acc_r, x) in acc.iter_mut().zip(xb) {
-                acc_r[c] = S::load(&x[16..]).fma(w1, S::load(x).fma(w0, acc_r[c]));
+    for (sb, xsb) in xs.chunks_exact(F::SUBS).enumerate() {
+        let mut blocks: [&[u8]; C] = [&[]; C];
+        let mut heads = [F::Header::default(); C];
+        for c in 0..C {
+            blocks[c] = &cols[c][sb * F::BYTES..(sb + 1) * F::BYTES];
+            heads[c] = F::header::<S>(blocks[c]);
+        }
+        for (sub, xb) in xsb.iter().enumerate() {
+            for c in 0..C {
+                let [w0, w1] = F::sub::<S>(blocks[c], &heads[c], sub);
+                for (acc_r, x) in acc.iter_mut().zip(xb) {
+                    acc_r[c] = S::load(&x[16..]).fma(w1, S::load(x).fma(w0, acc_r[c]));
+                }
             }
         }
     }

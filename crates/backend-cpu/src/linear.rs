@@ -49,7 +49,7 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
 
 /// Whether `linear` has a fused kernel for weights of `ty`.
 fn has_fused(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
 simd_dispatch! {
@@ -78,6 +78,8 @@ fn linear_part_kernel<S: F32x16>(
             GgmlType::Q4_0 => return fused_part::<S, weights::Q4_0>(packed, num_rows, w, m_start, m_end, at),
             GgmlType::Q4_1 => return fused_part::<S, weights::Q4_1>(packed, num_rows, w, m_start, m_end, at),
             GgmlType::Q8_0 => return fused_part::<S, weights::Q8_0>(packed, num_rows, w, m_start, m_end, at),
+            GgmlType::Q4_K => return fused_part::<S, weights::Q4K>(packed, num_rows, w, m_start, m_end, at),
+            GgmlType::Q6_K => return fused_part::<S, weights::Q6K>(packed, num_rows, w, m_start, m_end, at),
             _ => {}
         }
     }
@@ -119,7 +121,7 @@ fn linear_part_kernel<S: F32x16>(
 
 /// Columns `m_start..m_end` of every row straight from the quantized blocks, a tile at a time.
 #[inline(always)]
-fn fused_part<S: F32x16, F: weights::Block32>(
+fn fused_part<S: F32x16, F: weights::Fused>(
     packed: &[f32],
     num_rows: usize,
     w: &CpuWeight,

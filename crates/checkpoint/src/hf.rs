@@ -6,7 +6,7 @@
 //! translated through `tensor_names` and nowhere else.
 
 use crate::error::CheckpointError;
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::hparams::ModelConfig;
 use crate::safetensors::SafetensorsModel;
 use crate::tensor_names;
@@ -165,9 +165,14 @@ impl<'a> CheckpointRef<'a> {
     /// Every tensor's Hugging Face name (a GGUF name the table does not know stays as it is).
     pub fn weight_names(&self) -> Vec<String> {
         match self {
-            CheckpointRef::Gguf(f) => {
-                f.tensors.iter().map(|t| tensor_names::gguf_to_hf(&t.name).unwrap_or_else(|| t.name.clone())).collect()
-            }
+            CheckpointRef::Gguf(f) => f
+                .tensors
+                .iter()
+                .flat_map(|t| match tensor_names::gguf_experts_to_hf(&t.name, expert_count(t)) {
+                    Some(names) => names,
+                    None => vec![tensor_names::gguf_to_hf(&t.name).unwrap_or_else(|| t.name.clone())],
+                })
+                .collect(),
             CheckpointRef::Hf(h) => h.weights.names().into_iter().map(String::from).collect(),
         }
     }
@@ -176,6 +181,9 @@ impl<'a> CheckpointRef<'a> {
     pub fn weight(&self, hf_name: &str) -> Result<Option<WeightView<'a>>, CheckpointError> {
         match *self {
             CheckpointRef::Gguf(f) => {
+                if let Some((stacked, expert)) = tensor_names::hf_expert_to_gguf(hf_name) {
+                    return Ok(f.tensor(&stacked).and_then(|info| gguf_expert(f, info, expert)));
+                }
                 let Some(info) = tensor_names::hf_to_gguf(hf_name).and_then(|g| f.tensor(&g)) else { return Ok(None) };
                 let cols = info.dims[0] as usize;
                 let rows = (info.num_elems() / info.dims[0].max(1)) as usize;
@@ -198,4 +206,30 @@ impl<'a> CheckpointRef<'a> {
             }
         }
     }
+}
+
+/// Experts in a stacked GGUF expert tensor (its outermost dimension; 0 for a tensor that is not
+/// 3-D, which then names no expert).
+fn expert_count(info: &TensorInfo) -> usize {
+    match info.dims.as_slice() {
+        [_, _, n] => *n as usize,
+        _ => 0,
+    }
+}
+
+/// Expert `expert`'s [rows, cols] matrix inside a stacked GGUF tensor [cols, rows, num_experts]:
+/// a contiguous run of whole rows, so quantized blocks are never cut.
+fn gguf_expert<'a>(f: &'a GgufFile, info: &TensorInfo, expert: usize) -> Option<WeightView<'a>> {
+    let (cols, rows, num) = match info.dims.as_slice() {
+        [c, r, n] => (*c as usize, *r as usize, *n as usize),
+        _ => return None,
+    };
+    if expert >= num {
+        return None;
+    }
+    // The reader checked that `size` is the bytes of all `num` matrices.
+    let each = info.size as usize / num;
+    let data = &f.tensor_data(info)[expert * each..(expert + 1) * each];
+    let bytes = f.tensor_host_bytes(info).slice(expert * each, each);
+    Some(WeightView { ty: info.ty, rows, cols, bytes, data })
 }

@@ -55,6 +55,7 @@ pub fn hf_architecture(gguf_arch: &str) -> Option<&'static str> {
         "mistral" => "MistralForCausalLM",
         "qwen2" => "Qwen2ForCausalLM",
         "qwen3" => "Qwen3ForCausalLM",
+        "qwen3moe" => "Qwen3MoeForCausalLM",
         "gemma" => "GemmaForCausalLM",
         "gemma2" => "Gemma2ForCausalLM",
         "phi3" => "Phi3ForCausalLM",

@@ -4,7 +4,7 @@
 //! that RoPE rotates adjacent pairs; the attention layer, not this table, accounts for that.
 
 /// (GGUF suffix within `blk.N.`, Hugging Face suffix within `model.layers.N.`).
-const LAYER_NAMES: [(&str, &str); 19] = [
+const LAYER_NAMES: [(&str, &str); 20] = [
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
@@ -25,7 +25,34 @@ const LAYER_NAMES: [(&str, &str); 19] = [
     ("ffn_up.weight", "mlp.up_proj.weight"),
     ("ffn_down.weight", "mlp.down_proj.weight"),
     ("attn_rot_embd", "self_attn.rotary_emb.inv_freq"),
+    // The MoE router (Qwen3-MoE).
+    ("ffn_gate_inp.weight", "mlp.gate.weight"),
 ];
+
+/// Expert projections: GGUF stacks every expert of a layer in one 3-D tensor
+/// `blk.N.ffn_{gate,up,down}_exps.weight` (ggml dims [cols, rows, num_experts]); Hugging Face
+/// stores `model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight` one matrix per expert.
+const EXPERT_PROJS: [&str; 3] = ["gate", "up", "down"];
+
+/// For a Hugging Face per-expert name: (the GGUF stacked tensor's name, the expert index).
+pub fn hf_expert_to_gguf(name: &str) -> Option<(String, usize)> {
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (expert, proj) = rest.strip_prefix("mlp.experts.")?.split_once('.')?;
+    let expert: usize = expert.parse().ok()?;
+    let proj = proj.strip_suffix("_proj.weight").filter(|p| EXPERT_PROJS.contains(p))?;
+    Some((format!("blk.{layer}.ffn_{proj}_exps.weight"), expert))
+}
+
+/// For a GGUF stacked expert tensor of `num_experts`: the Hugging Face name of each expert's matrix.
+pub fn gguf_experts_to_hf(name: &str, num_experts: usize) -> Option<Vec<String>> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let proj = suffix.strip_prefix("ffn_")?.strip_suffix("_exps.weight").filter(|p| EXPERT_PROJS.contains(p))?;
+    Some((0..num_experts).map(|e| format!("model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight")).collect())
+}
 
 /// Whole-model tensors: (GGUF name, Hugging Face name).
 const GLOBAL_NAMES: [(&str, &str); 4] = [
@@ -74,5 +101,17 @@ mod tests {
         assert_eq!(gguf_to_hf("blk.3.attn_k.weight").unwrap(), "model.layers.3.self_attn.k_proj.weight");
         assert_eq!(gguf_to_hf("blk.x.attn_k.weight"), None);
         assert_eq!(hf_to_gguf("model.layers.1.unknown.weight"), None);
+        assert_eq!(gguf_to_hf("blk.2.ffn_gate_inp.weight").unwrap(), "model.layers.2.mlp.gate.weight");
+    }
+
+    #[test]
+    fn expert_names_map_to_the_stacked_tensor_and_back() {
+        let (g, e) = hf_expert_to_gguf("model.layers.3.mlp.experts.17.down_proj.weight").unwrap();
+        assert_eq!((g.as_str(), e), ("blk.3.ffn_down_exps.weight", 17));
+        let names = gguf_experts_to_hf(&g, 18).unwrap();
+        assert_eq!((names.len(), names[17].as_str()), (18, "model.layers.3.mlp.experts.17.down_proj.weight"));
+        assert_eq!(hf_expert_to_gguf("model.layers.3.mlp.experts.x.down_proj.weight"), None);
+        assert_eq!(hf_expert_to_gguf("model.layers.3.mlp.experts.1.o_proj.weight"), None);
+        assert_eq!(gguf_experts_to_hf("blk.3.ffn_gate.weight", 4), None);
     }
 }

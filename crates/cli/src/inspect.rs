@@ -1,5 +1,6 @@
 //! `plumb inspect`: what a checkpoint holds, as a table or JSON.
 
+use crate::inspect_moe::ExpertsReport;
 use anyhow::{Context, Result};
 use plumb_checkpoint::{Checkpoint, CheckpointRef, GgufFile, HfCheckpoint, ModelConfig};
 use plumb_engine::load;
@@ -38,6 +39,9 @@ struct Report {
     add_bos: bool,
     special_tokens: Vec<SpecialToken>,
     has_chat_template: bool,
+    /// Mixture-of-experts checkpoints only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    experts: Option<ExpertsReport>,
 }
 
 /// What a GGUF file holds.
@@ -78,6 +82,7 @@ fn report_hf(h: &HfCheckpoint) -> Result<Report> {
 
 fn common(checkpoint: CheckpointRef<'_>, tensor_types: BTreeMap<String, TensorTypeCount>) -> Result<Report> {
     let config = checkpoint.config()?;
+    let experts = crate::inspect_moe::experts(checkpoint, &config)?;
     let tok = load::checkpoint_tokenizer(checkpoint)?;
     let spec = tok.spec();
     let mut special_tokens = Vec::new();
@@ -107,6 +112,7 @@ fn common(checkpoint: CheckpointRef<'_>, tensor_types: BTreeMap<String, TensorTy
         add_bos: spec.add_bos,
         special_tokens,
         has_chat_template: spec.chat_template.is_some(),
+        experts,
     })
 }
 
@@ -145,7 +151,17 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
                 None => c.architecture.clone(),
             },
         ),
-        ("parameters", format!("{:.1} M", r.num_params as f64 / 1e6)),
+        (
+            "parameters",
+            match &r.experts {
+                Some(x) => format!(
+                    "{:.1} M ({:.1} M active per token)",
+                    r.num_params as f64 / 1e6,
+                    (r.num_params - x.expert_params + x.active_expert_params) as f64 / 1e6
+                ),
+                None => format!("{:.1} M", r.num_params as f64 / 1e6),
+            },
+        ),
         ("layers", c.num_hidden_layers.to_string()),
         ("hidden size", c.hidden_size.to_string()),
         ("ffn size", c.intermediate_size.to_string()),
@@ -168,6 +184,30 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
     ];
     for (k, v) in rows {
         println!("{k:<16} {v}");
+    }
+    if let Some(x) = &r.experts {
+        println!(
+            "{:<16} {} per layer, {} per token (weights {}), FFN size {}",
+            "experts",
+            x.num_experts,
+            x.experts_per_token,
+            if x.norm_topk_prob { "renormalized" } else { "as routed" },
+            x.expert_ffn_size
+        );
+        println!(
+            "{:<16} {} of {}: {}",
+            "sparse layers",
+            x.sparse_layers.len(),
+            c.num_hidden_layers,
+            crate::inspect_moe::layer_runs(&x.sparse_layers)
+        );
+        println!(
+            "{:<16} {:.1} M parameters, {} (one token reads {})",
+            "expert weights",
+            x.expert_params as f64 / 1e6,
+            mb(x.expert_bytes),
+            mb(x.active_expert_bytes)
+        );
     }
     let specials: Vec<String> =
         r.special_tokens.iter().map(|s| format!("{} {:?} ({})", s.role, s.text, s.id)).collect();

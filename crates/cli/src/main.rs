@@ -10,6 +10,7 @@ mod check;
 mod counts;
 mod draft;
 mod inspect;
+mod inspect_moe;
 mod perplexity;
 mod plot;
 mod progress;

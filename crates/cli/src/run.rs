@@ -7,30 +7,31 @@ use crate::session::{ModelArgs, OpenBackend, Session};
 use crate::signals::CatchInterrupt;
 use anyhow::{Context, Result, bail};
 use plumb_engine::{FinishReason, Request};
-use plumb_sampling::SamplingParams;
+use plumb_sampling::{SamplingDefaults, SamplingParams};
 use plumb_tokenizer::{ChatMessage, StopMatcher, StopStep, StreamDecoder};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Sampling options.
-#[derive(clap::Args, Debug, Clone)]
+/// Sampling options. One left unset takes the model's default (`generation_config.json`, GGUF
+/// `general.sampling.*`), else plumb's (shown in each help line).
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct SampleArgs {
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep the K most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40, allow_negative_numbers = true, value_parser = counts::non_negative)]
-    pub top_k: usize,
-    /// Keep the smallest set of tokens whose probability reaches P (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Drop tokens less likely than P × the most likely one (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Penalize tokens already present (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
+    /// 0 = greedy [default: the model's, else 0.8].
+    #[arg(long, allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    /// Keep the K most likely tokens, 0 = off [default: the model's, else 40].
+    #[arg(long, allow_negative_numbers = true, value_parser = counts::non_negative)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches P, 1 = off [default: the model's, else 0.95].
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Drop tokens less likely than P × the most likely one, 0 = off [default: the model's, else 0.05].
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// Penalize tokens already present, 1 = off [default: the model's, else 1].
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
     /// Lower each token's logit by this much per time it was generated (OpenAI style, -2..2).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
@@ -49,16 +50,18 @@ pub struct SampleArgs {
 }
 
 impl SampleArgs {
-    pub fn params(&self) -> SamplingParams {
+    /// The parameters of one request: each option given on the command line, else the model's
+    /// default, else plumb's.
+    pub fn params(&self, model: &SamplingDefaults) -> SamplingParams {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         });
         SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repetition_penalty: self.repeat_penalty,
+            temperature: self.temperature.or(model.temperature).unwrap_or(0.8),
+            top_k: self.top_k.or(model.top_k).unwrap_or(40),
+            top_p: self.top_p.or(model.top_p).unwrap_or(0.95),
+            min_p: self.min_p.or(model.min_p).unwrap_or(0.05),
+            repetition_penalty: self.repeat_penalty.or(model.repetition_penalty).unwrap_or(1.0),
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
             seed,
@@ -161,7 +164,7 @@ pub fn generate<B: plumb_core::FullBackend>(
     let room = ctx.saturating_sub(prompt_tokens);
     let max_tokens = sample.max_tokens.map_or(room, |n| n.min(room));
     let stop_ids = s.tokenizer.spec().eog_ids.clone();
-    let id = s.engine.add_request(Request::new(prompt, sample.params(), max_tokens, stop_ids))?;
+    let id = s.engine.add_request(Request::new(prompt, sample.params(&s.sampling), max_tokens, stop_ids))?;
     let mut decoder = StreamDecoder::new(&s.tokenizer, true);
     let mut stops = StopMatcher::new(sample.stop.iter().cloned());
     let mut meter = PrefillMeter::new(prompt_tokens, step_tokens);

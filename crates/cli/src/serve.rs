@@ -96,7 +96,7 @@ where
         path.file_name().map_or("model".into(), |n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
     });
     let handle = EngineHandle::spawn(session.engine, args.max_queue);
-    Ok(LoadedModel::new(name, handle, session.tokenizer, session.template))
+    Ok(LoadedModel::new(name, handle, session.tokenizer, session.template).with_sampling_defaults(session.sampling))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -10,6 +10,7 @@ use plumb_checkpoint::{Checkpoint, CheckpointRef};
 use plumb_core::FullBackend;
 use plumb_engine::Engine;
 use plumb_engine::load;
+use plumb_sampling::SamplingDefaults;
 use plumb_scheduler::SchedulerConfig;
 use plumb_tokenizer::{ChatTemplate, Tokenizer};
 use std::path::{Path, PathBuf};
@@ -194,6 +195,8 @@ pub struct Session<B: FullBackend = CpuBackend> {
     pub path: PathBuf,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
+    /// The model's own sampling defaults, for options a request leaves unset.
+    pub sampling: SamplingDefaults,
     pub engine: Engine<B>,
 }
 
@@ -226,6 +229,8 @@ impl<B: OpenBackend> Session<B> {
         let tokenizer =
             load::checkpoint_tokenizer(file.as_ref()).with_context(|| format!("loading {}", path.display()))?;
         let template = load::chat_template(&tokenizer)?;
+        let sampling = plumb_engine::generation_config::sampling_defaults(file.as_ref())
+            .with_context(|| format!("loading {}", path.display()))?;
         let model = if gated {
             plumb_models::load_model(&file, &backend)
         } else {
@@ -259,7 +264,7 @@ impl<B: OpenBackend> Session<B> {
             start.elapsed().as_secs_f64(),
             engine.backend().name()
         );
-        Ok(Session { path: path.to_path_buf(), tokenizer, template, engine })
+        Ok(Session { path: path.to_path_buf(), tokenizer, template, sampling, engine })
     }
 }
 

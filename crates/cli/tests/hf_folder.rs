@@ -56,10 +56,34 @@ fn inspect_and_run_a_hugging_face_folder() {
     assert!(text(&out.stderr).contains("8 generated"), "{}", text(&out.stderr));
 }
 
+/// `plumb run --raw -n 8 --seed 5 ARGS "Hello world"` on `dir`: the generated text.
+fn generated(dir: &Path, args: &[&str]) -> String {
+    let out = plumb()
+        .args(["run", "--model", dir.to_str().unwrap(), "--raw", "-n", "8", "--seed", "5"])
+        .args(args)
+        .arg("Hello world")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn generation_config_sampling_defaults_apply_when_unset() {
+    let dir = copy();
+    let greedy = generated(dir.path(), &["--temperature", "0"]);
+    // plumb's own defaults sample (temperature 0.8): seed 5 gives another text than greedy.
+    assert_ne!(generated(dir.path(), &[]), greedy);
+    // `do_sample: false` makes the model's default greedy; a flag on the command line still wins.
+    edit(&dir.path().join("generation_config.json"), "\"use_cache\"", "\"do_sample\": false, \"use_cache\"");
+    assert_eq!(generated(dir.path(), &[]), greedy);
+    assert_ne!(generated(dir.path(), &["--temperature", "1.5"]), greedy);
+}
+
 #[test]
 fn broken_folders_fail_with_one_clear_line() {
     type Break = fn(&Path);
-    let cases: [(&str, Break, &str); 7] = [
+    let cases: [(&str, Break, &str); 8] = [
         (
             "truncated weights",
             |d| {
@@ -89,6 +113,11 @@ fn broken_folders_fail_with_one_clear_line() {
         ),
         ("tokenizer.json cut", |d| truncate(&d.join("tokenizer.json"), 500), "tokenizer.json is not JSON"),
         ("no tokenizer.json", |d| std::fs::remove_file(d.join("tokenizer.json")).unwrap(), "has no tokenizer.json"),
+        (
+            "bad sampling default",
+            |d| edit(&d.join("generation_config.json"), "\"use_cache\"", "\"top_p\": 0, \"use_cache\""),
+            "generation_config.json: `(sampling)` top_p must be in (0, 1], got 0",
+        ),
     ];
     for (what, damage, want) in cases {
         let dir = copy();

@@ -20,6 +20,13 @@ impl HostBytes {
         HostBytes { owner, start, len }
     }
 
+    /// The range `start..start + len` of these bytes, sharing the owner; panics if it is out of
+    /// bounds (callers validate).
+    pub fn slice(&self, start: usize, len: usize) -> Self {
+        assert!(start.checked_add(len).is_some_and(|end| end <= self.len), "HostBytes slice out of range");
+        HostBytes { owner: self.owner.clone(), start: self.start + start, len }
+    }
+
     /// Owned bytes (for tests and small tensors).
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();

@@ -90,6 +90,7 @@ pub fn f16_field_offsets(ty: GgmlType) -> &'static [usize] {
 }
 
 /// Unpacks the 6-bit scales and mins of a Q4_K/Q5_K super-block (12 bytes → 8 + 8).
+#[inline]
 pub fn k_scale_min(scales: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
     for i in 0..4 {

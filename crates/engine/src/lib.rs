@@ -6,6 +6,7 @@
 
 mod draft;
 mod draft_model;
+pub mod generation_config;
 mod handle;
 pub mod load;
 mod output;

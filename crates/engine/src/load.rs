@@ -2,8 +2,9 @@
 //! `tokenizer.ggml.*`, or a Hugging Face folder's tokenizer and generation files) and the chat
 //! template. Shared by the CLI and the server.
 
+use crate::generation_config::GenerationConfig;
 use plumb_checkpoint::{CheckpointError, CheckpointRef, GgufFile, HfCheckpoint, MetaValue};
-use plumb_tokenizer::{ChatTemplate, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
+use plumb_tokenizer::{ChatTemplate, Normalizer, TokenType, Tokenizer, TokenizerError, TokenizerKind, TokenizerSpec};
 
 /// Why a checkpoint's tokenizer could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -49,9 +50,14 @@ pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, LoadError> {
     };
     let tokens: Vec<String> = file.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let spm = kind == TokenizerKind::SentencePiece;
+    let pre = file.opt("tokenizer.ggml.pre", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default();
     let mut spec = TokenizerSpec {
         kind,
-        pre: file.opt("tokenizer.ggml.pre", "a string", |v| v.as_str().map(String::from))?.unwrap_or_default(),
+        // llama.cpp skips merging a word that is itself a token for Llama 3 vocabularies (as
+        // their tokenizer.json's `ignore_merges` says), and normalizes no GGUF text.
+        ignore_merges: matches!(pre.as_str(), "llama-bpe" | "llama3" | "llama-v3"),
+        normalizer: Normalizer::None,
+        pre,
         tokens,
         scores: opt_array(file, "tokenizer.ggml.scores", "a non-float", |v| v.as_f64().map(|x| x as f32))?,
         token_types: opt_array(file, "tokenizer.ggml.token_type", "a non-integer", |v| {
@@ -92,30 +98,11 @@ pub fn hf_tokenizer_spec(ckpt: &HfCheckpoint) -> Result<TokenizerSpec, LoadError
     let template = ckpt.read_optional("chat_template.jinja")?;
     let mut spec = TokenizerSpec::from_hf_files(&json, config.as_deref(), template.as_deref())?;
     let extra = match ckpt.read_optional("generation_config.json")? {
-        Some(text) => generation_eos_ids(&text, &ckpt.dir().join("generation_config.json"))?,
+        Some(text) => GenerationConfig::parse(&text, &ckpt.dir().join("generation_config.json"))?.eos_ids,
         None => Vec::new(),
     };
     spec.derive_eog(&extra);
     Ok(spec)
-}
-
-/// `eos_token_id` of a `generation_config.json`: one id or a list.
-fn generation_eos_ids(text: &str, path: &std::path::Path) -> Result<Vec<u32>, LoadError> {
-    let bad =
-        |why: String| LoadError::BadGenerationConfig { file: path.display().to_string(), key: "eos_token_id", why };
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LoadError::BadGenerationConfig {
-        file: path.display().to_string(),
-        key: "(file)",
-        why: format!("is not JSON: {e}"),
-    })?;
-    let id = |x: &serde_json::Value| x.as_u64().and_then(|i| u32::try_from(i).ok());
-    match v.get("eos_token_id") {
-        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-        Some(serde_json::Value::Array(list)) => {
-            list.iter().map(|x| id(x).ok_or_else(|| bad(format!("holds {x}, not a token id")))).collect()
-        }
-        Some(x) => id(x).map(|i| vec![i]).ok_or_else(|| bad(format!("is {x}, not a token id"))),
-    }
 }
 
 /// The tokenizer of any checkpoint.

@@ -138,3 +138,20 @@ fn llama_cpp_converted_qwen3_tokenizer_equals_transformers() {
         }
     }
 }
+
+#[test]
+fn llama_cpp_converted_qwen3_moe_tokenizer_equals_the_folders() {
+    // fixtures/qwen3_moe/gguf: a synth Qwen3-MoE folder and its llama.cpp conversions; the GGUF's
+    // tokenizer gives the ids the folder's tokenizer.json gives, on the whole tokenizer corpus.
+    let dir = fixtures().join("qwen3_moe/gguf");
+    let hf = plumb_checkpoint::HfCheckpoint::open(dir.join("hf")).unwrap();
+    let folder = plumb_tokenizer::Tokenizer::new(load::hf_tokenizer_spec(&hf).unwrap()).unwrap();
+    let fx = read_json("qwen3/tokenizer_cases.json");
+    for name in ["model-f32.gguf", "model-q8_0.gguf"] {
+        let tok = load::tokenizer(&GgufFile::open(dir.join(name)).unwrap()).unwrap();
+        for case in fx["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            assert_eq!(tok.encode(text, false, true), folder.encode(text, false, true), "{name}: {text:?}");
+        }
+    }
+}

@@ -75,6 +75,10 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
     // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
     ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
+    // Real widths (the `qwen3-moe-1.6b` preset: 64 experts, top-8, expert FFN 256; 8 of its 24
+    // layers, random weights from `plumb synth`); the family's agreement with transformers is
+    // fixtures/qwen3_moe's.
+    ("qwen3_moe", "cpu", "receipts/check-cpu-qwen3-moe-synth-1.6b-l8.json"),
 ];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
@@ -135,7 +139,8 @@ mod tests {
 
     #[test]
     fn refusal_names_a_command_that_this_build_can_run() {
-        let cpu = check_gate("qwen3_moe", "cpu", "", "model.gguf").unwrap_err().to_string();
+        // Every family plumb has is gated on the CPU; a family added later is not until it passes.
+        let cpu = check_gate("new_family", "cpu", "", "model.gguf").unwrap_err().to_string();
         assert!(cpu.contains("`plumb check --model model.gguf --device cpu`"), "{cpu}");
         let cuda = check_gate("qwen3", "cuda", "", "model.gguf").unwrap_err().to_string();
         assert!(cuda.contains("`plumb check --model model.gguf --device cuda`"), "{cuda}");
@@ -144,6 +149,8 @@ mod tests {
         assert!(other.contains("PLUMB_EXPERIMENTAL=llama"), "{other}");
         assert!(check_gate("llama", "cpu", "", "m").is_ok());
         assert!(check_gate("qwen3", "cpu", "", "m").is_ok());
-        assert!(check_gate("qwen3_moe", "cpu", "x, qwen3_moe", "m").is_ok());
+        assert!(check_gate("qwen3_moe", "cpu", "", "m").is_ok());
+        assert!(check_gate("qwen3_moe", "cuda", "x, qwen3_moe", "m").is_ok());
+        assert!(check_gate("qwen3_moe", "cuda", "", "m").is_err());
     }
 }

@@ -3,9 +3,11 @@
 //! the sequence's own history and the (seed, position) pair — never on what else is batched.
 #![forbid(unsafe_code)]
 
+mod defaults;
 mod params;
 mod rng;
 
+pub use defaults::SamplingDefaults;
 pub use params::{SamplingError, SamplingParams};
 pub use rng::uniform;
 

@@ -108,7 +108,8 @@ fn check_model(asked: &str, model: &LoadedModel) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Sampling fields → parameters, with OpenAI's ranges and defaults.
+/// Sampling fields → parameters, with OpenAI's ranges; an unset field takes the model's default,
+/// else OpenAI's.
 fn sampling(f: &SamplingFields, model: &LoadedModel) -> Result<(SamplingParams, Vec<String>, usize), ApiError> {
     let range = |name: &str, v: Option<f32>, ok: &dyn Fn(f32) -> bool, what: &str| match v {
         Some(x) if !ok(x) => Err(ApiError::param(format!("{name} must be {what}, got {x}"), name)),
@@ -153,11 +154,11 @@ fn sampling(f: &SamplingFields, model: &LoadedModel) -> Result<(SamplingParams, 
     }
     let seed = f.seed.map_or_else(random_seed, |s| s as u64);
     let params = SamplingParams {
-        temperature: f.temperature.unwrap_or(1.0),
-        top_k: f.top_k.unwrap_or(0) as usize,
-        top_p: f.top_p.unwrap_or(1.0),
-        min_p: f.min_p.unwrap_or(0.0),
-        repetition_penalty: f.repetition_penalty.unwrap_or(1.0),
+        temperature: f.temperature.or(model.sampling.temperature).unwrap_or(1.0),
+        top_k: f.top_k.map(|k| k as usize).or(model.sampling.top_k).unwrap_or(0),
+        top_p: f.top_p.or(model.sampling.top_p).unwrap_or(1.0),
+        min_p: f.min_p.or(model.sampling.min_p).unwrap_or(0.0),
+        repetition_penalty: f.repetition_penalty.or(model.sampling.repetition_penalty).unwrap_or(1.0),
         frequency_penalty: f.frequency_penalty.unwrap_or(0.0),
         presence_penalty: f.presence_penalty.unwrap_or(0.0),
         seed,

@@ -4,6 +4,7 @@
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use plumb_engine::EngineHandle;
+use plumb_sampling::SamplingDefaults;
 use plumb_tokenizer::{ChatTemplate, Tokenizer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -40,6 +41,9 @@ pub struct LoadedModel {
     pub handle: EngineHandle,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
+    /// The model's own sampling defaults: a request that leaves a parameter unset gets the
+    /// model's value, else OpenAI's default.
+    pub sampling: SamplingDefaults,
     /// Unix time the model was loaded.
     pub created: u64,
 }
@@ -52,7 +56,12 @@ impl std::fmt::Debug for LoadedModel {
 
 impl LoadedModel {
     pub fn new(name: String, handle: EngineHandle, tokenizer: Tokenizer, template: Option<ChatTemplate>) -> Self {
-        LoadedModel { name, handle, tokenizer, template, created: unix_now() }
+        LoadedModel { name, handle, tokenizer, template, sampling: SamplingDefaults::default(), created: unix_now() }
+    }
+
+    /// The same model with the checkpoint's sampling defaults.
+    pub fn with_sampling_defaults(self, sampling: SamplingDefaults) -> Self {
+        LoadedModel { sampling, ..self }
     }
 }
 

@@ -39,6 +39,9 @@ pub struct ByteLevelBpe {
     byte_ids: [Option<TokenId>; 256],
     /// (left, right) → (rank, merged id).
     merges: HashMap<(TokenId, TokenId), (u32, TokenId)>,
+    /// With `ignore_merges`: every token's byte-level text → its id, so a whole word that is a
+    /// token skips merging.
+    words: Option<HashMap<String, TokenId>>,
 }
 
 impl ByteLevelBpe {
@@ -60,7 +63,8 @@ impl ByteLevelBpe {
             // Keep the first (highest-priority) rule if a pair repeats, as Hugging Face does.
             merges.entry((l, r)).or_insert((rank as u32, m));
         }
-        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges })
+        let words = spec.ignore_merges.then(|| token_to_id.iter().map(|(&text, &id)| (text.to_string(), id)).collect());
+        Ok(ByteLevelBpe { pre: PreTokenizer::new(&spec.pre)?, byte_ids, merges, words })
     }
 
     /// Appends the ids of `text` (no special tokens inside) to `out`.
@@ -69,6 +73,15 @@ impl ByteLevelBpe {
     }
 
     fn encode_word(&self, word: &[u8], out: &mut Vec<TokenId>) {
+        if let Some(words) = &self.words {
+            static CHARS: std::sync::OnceLock<[char; 256]> = std::sync::OnceLock::new();
+            let chars = CHARS.get_or_init(byte_to_char);
+            let text: String = word.iter().map(|&b| chars[b as usize]).collect();
+            if let Some(&id) = words.get(&text) {
+                out.push(id);
+                return;
+            }
+        }
         let mut syms: Vec<Symbol> = word
             .iter()
             .filter_map(|&b| self.byte_ids[b as usize])

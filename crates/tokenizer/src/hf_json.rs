@@ -1,11 +1,12 @@
 //! A Hugging Face `tokenizer.json` (+ `tokenizer_config.json`, `chat_template.jinja`) →
 //! [`TokenizerSpec`], so plumb's own byte-level BPE runs it. Only what plumb implements is
-//! accepted: a BPE model without dropout, byte fallback or word affixes, a pre-tokenizer that is
-//! one of plumb's named ones (recognized by its exact Hugging Face shape), no normalizer. Anything
+//! accepted: a BPE model without dropout, byte fallback or word affixes (`ignore_merges` either
+//! way), a pre-tokenizer that is one of plumb's named ones (recognized by its exact Hugging Face
+//! shape), no normalizer or NFC. Anything
 //! else is an error naming the part, never a tokenizer that silently gives other ids.
 
 use crate::pretokenize;
-use crate::{TokenId, TokenType, TokenizerError, TokenizerKind, TokenizerSpec};
+use crate::{Normalizer, TokenId, TokenType, TokenizerError, TokenizerKind, TokenizerSpec};
 use serde_json::Value;
 
 fn bad(file: &'static str, why: impl Into<String>) -> TokenizerError {
@@ -14,6 +15,11 @@ fn bad(file: &'static str, why: impl Into<String>) -> TokenizerError {
 
 const TOK: &str = "tokenizer.json";
 const CONFIG: &str = "tokenizer_config.json";
+
+/// An absent word affix: null or "".
+fn no_affix(v: &Value) -> bool {
+    v.is_null() || v.as_str() == Some("")
+}
 
 /// The text of a special-token entry: `"<s>"` or `{"content": "<s>", ...}`.
 fn token_text(v: &Value) -> Option<String> {
@@ -36,17 +42,24 @@ impl TokenizerSpec {
         for (key, ok) in [
             ("dropout", model.get("dropout").is_none_or(Value::is_null)),
             ("byte_fallback", model.get("byte_fallback").is_none_or(|v| v == &Value::Bool(false))),
-            ("ignore_merges", model.get("ignore_merges").is_none_or(|v| v == &Value::Bool(false))),
-            ("continuing_subword_prefix", model.get("continuing_subword_prefix").is_none_or(Value::is_null)),
-            ("end_of_word_suffix", model.get("end_of_word_suffix").is_none_or(Value::is_null)),
+            // An empty prefix or suffix changes nothing (Qwen2.5's files spell "no affix" so).
+            ("continuing_subword_prefix", model.get("continuing_subword_prefix").is_none_or(no_affix)),
+            ("end_of_word_suffix", model.get("end_of_word_suffix").is_none_or(no_affix)),
         ] {
             if !ok {
                 return Err(bad(TOK, format!("model.{key} is set; plumb's byte-level BPE does not implement it")));
             }
         }
-        if let Some(n) = t.get("normalizer").filter(|n| !n.is_null()) {
-            return Err(bad(TOK, format!("has normalizer {n}, which plumb does not implement")));
-        }
+        let ignore_merges = match model.get("ignore_merges") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(bad(TOK, format!("model.ignore_merges is {v}, not true or false"))),
+        };
+        let normalizer = match t.get("normalizer").filter(|n| !n.is_null()) {
+            None => Normalizer::None,
+            Some(n) if n.get("type").and_then(Value::as_str) == Some("NFC") => Normalizer::Nfc,
+            Some(n) => return Err(bad(TOK, format!("has normalizer {n}, which plumb does not implement (only NFC)"))),
+        };
         let pre = pre_tokenizer_name(t.get("pre_tokenizer").unwrap_or(&Value::Null))?;
 
         let vocab =
@@ -154,6 +167,8 @@ impl TokenizerSpec {
             scores: Vec::new(),
             token_types,
             merges,
+            ignore_merges,
+            normalizer,
             bos_id,
             eos_id,
             unk_id,

@@ -16,11 +16,12 @@ pub mod stop;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use decode::StreamDecoder;
-pub use spec::{TokenType, TokenizerKind, TokenizerSpec};
+pub use spec::{Normalizer, TokenType, TokenizerKind, TokenizerSpec};
 pub use stop::{StopMatcher, StopStep};
 
 use special::SpecialSplitter;
 use std::collections::HashMap;
+use unicode_normalization::UnicodeNormalization;
 
 /// A token id.
 pub type TokenId = u32;
@@ -109,6 +110,14 @@ impl Tokenizer {
             match piece {
                 special::Piece::Special(id) => ids.push(id),
                 special::Piece::Text(t) => {
+                    let normalized;
+                    let t = match self.spec.normalizer {
+                        Normalizer::None => t,
+                        Normalizer::Nfc => {
+                            normalized = t.nfc().collect::<String>();
+                            normalized.as_str()
+                        }
+                    };
                     match &self.model {
                         Model::Bpe(m) => m.encode(t, &mut ids),
                         Model::Spm(m) => m.encode(t, first_text, &mut ids),

@@ -11,6 +11,15 @@ pub enum TokenizerKind {
     SentencePiece,
 }
 
+/// What the text goes through before it is split into words (Hugging Face `normalizer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum Normalizer {
+    #[default]
+    None,
+    /// Unicode canonical composition (Qwen2/Qwen3 tokenizers).
+    Nfc,
+}
+
 /// A token's role, numbered as GGUF's `tokenizer.ggml.token_type` numbers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum TokenType {
@@ -49,6 +58,11 @@ pub struct TokenizerSpec {
     pub token_types: Vec<TokenType>,
     /// Merge rules `"left right"`, highest priority first (byte-level BPE).
     pub merges: Vec<String>,
+    /// Byte-level BPE: a word that is itself a token becomes that token without merging
+    /// (Hugging Face `ignore_merges`, llama.cpp's Llama 3 vocabularies).
+    pub ignore_merges: bool,
+    /// Applied to each run of text between special tokens.
+    pub normalizer: Normalizer,
     pub bos_id: Option<TokenId>,
     pub eos_id: Option<TokenId>,
     pub unk_id: Option<TokenId>,

@@ -2,7 +2,7 @@
 //! Qwen3 fixture (fixtures/qwen3: Qwen2's pre-tokenizer, ChatML special tokens), and malformed or
 //! unsupported tokenizer files are refused with an error naming the part.
 
-use plumb_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError, TokenizerSpec};
+use plumb_tokenizer::{ChatMessage, ChatTemplate, Normalizer, Tokenizer, TokenizerError, TokenizerSpec};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -35,6 +35,35 @@ fn ids_equal_transformers_on_the_qwen3_fixture() {
     }
 }
 
+/// The NFC normalizer and `ignore_merges`, each switched on in the Qwen3 fixture's tokenizer
+/// (fixtures/tokenizer/hf_features, from tools/fixtures/tok_features.py): transformers' ids.
+#[test]
+fn nfc_and_ignore_merges_give_transformers_ids() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tokenizer/hf_features");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    for variant in ["nfc", "ignore_merges"] {
+        let spec = TokenizerSpec::from_hf_files(&read(&format!("{variant}.tokenizer.json")), None, None).unwrap();
+        assert_eq!(
+            (spec.normalizer == Normalizer::Nfc, spec.ignore_merges),
+            (variant == "nfc", variant == "ignore_merges")
+        );
+        let tok = Tokenizer::new(spec).unwrap();
+        let doc: Value = serde_json::from_str(&read(&format!("{variant}.cases.json"))).unwrap();
+        // The fixture is built so that the feature changes the ids of some texts.
+        assert!(doc["ids_changed_by_the_feature"].as_u64().unwrap() >= 5);
+        for case in doc["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            assert_eq!(tok.encode(text, false, true), want, "{variant}: {text:?}");
+            assert_eq!(
+                tok.decode(&want, false).unwrap(),
+                case["decoded"].as_str().unwrap(),
+                "{variant}: decode {text:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn special_tokens_and_chat_template_come_from_the_folder() {
     let spec = qwen3_spec();
@@ -62,7 +91,10 @@ fn bad_tokenizer_files_are_refused_with_a_reason() {
     let cases: Vec<(Edit, &str)> = vec![
         (Box::new(|t| t["model"]["type"] = "Unigram".into()), "Unigram"),
         (Box::new(|t| t["normalizer"] = serde_json::json!({"type": "NFKC"})), "normalizer"),
+        (Box::new(|t| t["normalizer"] = serde_json::json!({"type": "Sequence", "normalizers": []})), "only NFC"),
         (Box::new(|t| t["model"]["byte_fallback"] = true.into()), "byte_fallback"),
+        (Box::new(|t| t["model"]["ignore_merges"] = "yes".into()), "model.ignore_merges is \"yes\""),
+        (Box::new(|t| t["model"]["continuing_subword_prefix"] = "##".into()), "continuing_subword_prefix"),
         (Box::new(|t| t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+".into()), "pre-tokenizer"),
         (Box::new(|t| t["model"]["merges"][3] = 7.into()), "merge rule 3"),
         (Box::new(|t| t["model"]["merges"][5] = "zzz qqq".into()), "merge rule 5"),

@@ -11,7 +11,7 @@ use crate::layers::{attention::Attention, loader::WeightLoader, rope};
 use crate::registry::ModelError;
 use crate::{CausalLm, Trace};
 use plumb_checkpoint::hparams::RopeScaling;
-use plumb_checkpoint::{CheckpointError, ModelConfig};
+use plumb_checkpoint::{CheckpointError, CheckpointRef, GgufFile, ModelConfig};
 use plumb_core::{Backend, ForwardBatch, FullBackend};
 use serde_json::{Map, Value};
 
@@ -96,6 +96,42 @@ impl Qwen3MoeConfig {
         Ok(c)
     }
 
+    /// Reads the experts' settings from GGUF metadata (`qwen3moe.expert_*`). llama.cpp's converter
+    /// writes no `norm_topk_prob`, `decoder_sparse_step` or `mlp_only_layers`: its qwen3moe graph
+    /// always renormalizes the top-k weights, and a layer is sparse when it has a router
+    /// (`is_sparse_layer`), which also covers checkpoints whose converter kept dense layers.
+    pub fn from_gguf(
+        f: &GgufFile,
+        num_hidden_layers: usize,
+        is_sparse_layer: impl Fn(usize) -> bool,
+    ) -> Result<Self, ModelError> {
+        let arch = f.get_str("general.architecture")?;
+        let size = |k: &str| f.get_u64(&format!("{arch}.{k}")).map(|v| v as usize);
+        let c = Qwen3MoeConfig {
+            num_experts: size("expert_count")?,
+            num_experts_per_tok: size("expert_used_count")?,
+            moe_intermediate_size: size("expert_feed_forward_length")?,
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: (0..num_hidden_layers).filter(|&i| !is_sparse_layer(i)).collect(),
+        };
+        let bad = |key: &str, why: String| {
+            ModelError::Checkpoint(CheckpointError::BadMetadataValue { key: format!("{arch}.{key}"), why })
+        };
+        if c.num_experts == 0 {
+            return Err(bad("expert_count", "is 0; a qwen3moe GGUF needs experts".into()));
+        }
+        if !(1..=c.num_experts).contains(&c.num_experts_per_tok) {
+            let why =
+                format!("is {}; it must be between 1 and expert_count = {}", c.num_experts_per_tok, c.num_experts);
+            return Err(bad("expert_used_count", why));
+        }
+        if c.moe_intermediate_size == 0 {
+            return Err(bad("expert_feed_forward_length", "is 0; experts need at least one hidden unit".into()));
+        }
+        Ok(c)
+    }
+
     /// Whether layer `i` holds experts (transformers' rule in `Qwen3MoeDecoderLayer`).
     pub fn is_sparse(&self, i: usize) -> bool {
         !self.mlp_only_layers.contains(&i) && self.num_experts > 0 && (i + 1).is_multiple_of(self.decoder_sparse_step)
@@ -123,9 +159,16 @@ impl<B: FullBackend> Qwen3Moe<B> {
         if matches!(config.rope_scaling, Some(RopeScaling::Yarn { .. })) {
             return Err(ModelError::Unsupported("YaRN RoPE scaling"));
         }
-        let json = w.checkpoint.config_json().ok_or(ModelError::Unsupported("qwen3_moe from GGUF files"))?;
-        let file = w.checkpoint.path().join("config.json").display().to_string();
-        let moe = Qwen3MoeConfig::from_hf(json, config.num_hidden_layers, &file)?;
+        let moe = match w.checkpoint {
+            CheckpointRef::Gguf(f) => Qwen3MoeConfig::from_gguf(f, config.num_hidden_layers, |i| {
+                w.has(&format!("model.layers.{i}.mlp.gate.weight"))
+            })?,
+            CheckpointRef::Hf(_) => {
+                let json = w.checkpoint.config_json().expect("a Hugging Face folder has a config.json");
+                let file = w.checkpoint.path().join("config.json").display().to_string();
+                Qwen3MoeConfig::from_hf(json, config.num_hidden_layers, &file)?
+            }
+        };
         let c = &config;
         // A tied checkpoint that also stores `lm_head.weight` is refused by `finish` below.
         let lm_head = match c.tie_word_embeddings {

@@ -41,6 +41,8 @@ pub struct Opts {
     pub kv_tokens: usize,
     /// Prompt and answer together, in tokens.
     pub ctx: usize,
+    /// The model's own sampling defaults (as from `generation_config.json`).
+    pub sampling: plumb_sampling::SamplingDefaults,
 }
 
 impl Default for Opts {
@@ -54,6 +56,7 @@ impl Default for Opts {
             load_delay: None,
             kv_tokens: 4 * CTX,
             ctx: CTX,
+            sampling: Default::default(),
         }
     }
 }
@@ -133,7 +136,7 @@ impl TestServer {
                         engine(opts.max_lanes, opts.kv_tokens, opts.faulty, opts.ctx),
                         opts.max_queue,
                     );
-                    Ok(LoadedModel::new(MODEL.into(), handle, tok, template))
+                    Ok(LoadedModel::new(MODEL.into(), handle, tok, template).with_sampling_defaults(opts.sampling))
                 };
                 let shutdown = async move {
                     let _ = stop_rx.await;
