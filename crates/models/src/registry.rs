@@ -1,7 +1,7 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_moe::Qwen3Moe};
+use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend};
@@ -52,7 +52,8 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 }
 
 /// Hugging Face architectures with a family.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
+     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text)";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -60,6 +61,7 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
         "LlamaForCausalLM" | "MistralForCausalLM" => Some("llama"),
         "Qwen3ForCausalLM" => Some("qwen3"),
         "Qwen3MoeForCausalLM" => Some("qwen3_moe"),
+        "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Some("qwen3_5"),
         _ => None,
     }
 }
@@ -67,16 +69,18 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
 /// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
 const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
 
+/// Families built on the optional Gated DeltaNet op group (`Backend::gated_delta_ops`).
+const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5"];
+
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
-pub const GATES_PASSED: &[(&str, &str, &str)] =
-    &[
-        ("llama", "cpu", "receipts/check-cpu-smollm2.json"),
-        ("llama", "cuda", "receipts/check-cuda-smollm2.json"),
-        // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
-        // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
-        ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
-    ];
+pub const GATES_PASSED: &[(&str, &str, &str)] = &[
+    ("llama", "cpu", "receipts/check-cpu-smollm2.json"),
+    ("llama", "cuda", "receipts/check-cuda-smollm2.json"),
+    // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
+    // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
+    ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
+];
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.
@@ -118,6 +122,10 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
             BackendError::MissingOpGroup { backend: backend.name(), group: "mixture-of-experts", needed_by }.into()
         );
     }
+    if GATED_DELTA_FAMILIES.contains(&family) && backend.gated_delta_ops().is_none() {
+        let needed_by = format!("the `{family}` family");
+        return Err(BackendError::MissingOpGroup { backend: backend.name(), group: "Gated DeltaNet", needed_by }.into());
+    }
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
@@ -126,6 +134,7 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
         "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
         "qwen3_moe" => Ok(Box::new(Qwen3Moe::load(&loader, config)?)),
+        "qwen3_5" => Ok(Box::new(Qwen3_5::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }
