@@ -180,3 +180,57 @@ impl<B: FullBackend> CausalLm<B> for Qwen3_5<B> {
         self.decoder.forward(b, batch, kv, trace)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = r#"{"layer_types": ["linear_attention", "full_attention", "linear_attention"],
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 6}"#;
+
+    fn with(edit: impl FnOnce(&mut Map<String, Value>)) -> Result<HybridConfig, ModelError> {
+        let Value::Object(mut m) = serde_json::from_str(HYBRID).unwrap() else { unreachable!() };
+        edit(&mut m);
+        HybridConfig::from_hf(&m, 3, "config.json")
+    }
+
+    #[test]
+    fn reads_layer_types_heads_and_the_lane_state_they_need() {
+        let c = with(|_| {}).unwrap();
+        assert_eq!(c.is_linear, [true, false, true]);
+        let h = c.gdn.heads;
+        assert_eq!((h.qkv_cols(), h.state_floats()), (2 * 2 * 16 + 6 * 8, 6 * 16 * 8));
+        let s = c.gdn.lane_state(2, 5);
+        assert_eq!((s.conv_floats, s.recurrent_floats, s.num_slots), (3 * 112, 768, 5));
+        // Without layer_types, every `full_attention_interval`-th layer is full (transformers).
+        let c = with(|m| {
+            m.remove("layer_types");
+            m.insert("full_attention_interval".into(), 3.into());
+        })
+        .unwrap();
+        assert_eq!(c.is_linear, [true, true, false]);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        type Edit = Box<dyn FnOnce(&mut Map<String, Value>)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (Box::new(|m| drop(m.insert("layer_types".into(), serde_json::json!(["linear_attention"])))), "1 entries"),
+            (
+                Box::new(|m| drop(m.insert("layer_types".into(), serde_json::json!(["a", "b", "sliding_attention"])))),
+                "holds `a`",
+            ),
+            (
+                Box::new(|m| drop(m.insert("linear_num_value_heads".into(), 5.into()))),
+                "multiple of linear_num_key_heads",
+            ),
+            (Box::new(|m| drop(m.insert("linear_conv_kernel_dim".into(), 1.into()))), "at least 2 taps"),
+            (Box::new(|m| drop(m.insert("linear_key_head_dim".into(), 0.into()))), "positive integer"),
+        ];
+        for (edit, want) in cases {
+            let err = with(edit).unwrap_err().to_string();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+    }
+}
