@@ -172,3 +172,30 @@ fn scoring_beside_running_requests_and_decode_equal_prefill() {
         assert!(*row == bits(&prefill[at..at + vocab]), "decode step {j} differs from prefill at position {}", 59 + j);
     }
 }
+
+/// Proposes `k` copies of token 5 for every query: drafts a recurrent state would absorb.
+struct AlwaysDraft(usize);
+
+impl plumb_engine::Proposer<CpuBackend> for AlwaysDraft {
+    fn propose(&mut self, _: &CpuBackend, queries: &[plumb_engine::DraftQuery<'_>]) -> Vec<Vec<u32>> {
+        queries.iter().map(|q| vec![5; self.0.min(q.max_drafts)]).collect()
+    }
+}
+
+#[test]
+fn proposers_are_dropped_and_a_hybrid_draft_model_is_refused() {
+    use plumb_engine::{DraftModelConfig, DraftModelError, ModelProposer};
+    let mut e = engine(&BASE);
+    let reqs = requests();
+    let want = solo(&reqs);
+    // Verify rows would advance each lane's state past drafts it may reject: the proposer is
+    // dropped, and results equal the solo runs.
+    e.set_proposer(Some(Box::new(AlwaysDraft(3))));
+    assert!(run(&mut e, &reqs, &[0; 8]) == want, "with a proposer set, results must still equal solo runs");
+    assert_eq!(e.draft_stats().num_draft_tokens, 0, "a lane-state model must not draft");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen3_5/hf");
+    let draft = plumb_models::load_model_with(&HfCheckpoint::open(dir).unwrap(), e.backend(), None).unwrap();
+    let config = DraftModelConfig { k: 4, block_size: 16, num_blocks: 8, max_batch_tokens: 32 };
+    let err = ModelProposer::new(e.backend(), draft, 384, config).err();
+    assert!(matches!(err, Some(DraftModelError::LaneState)), "{:?}", err.map(|e| e.to_string()));
+}

@@ -6,6 +6,9 @@
 //! 8 lanes batched == solo, a lane restarted in a used state slot == a fresh one; and the
 //! vision-language layout (text model nested, vision tower ignored by name) == the flat one.
 
+#[path = "support/faulty.rs"]
+mod faulty;
+
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_ref::RefBackend;
 use plumb_checkpoint::HfCheckpoint;
@@ -261,4 +264,16 @@ fn the_vision_language_layout_loads_its_text_model_and_names_what_it_ignores() {
         panic!("an unlisted tensor must be refused");
     };
     assert!(err.to_string().contains("model.language_model.layers.0.linear_attn.extra"), "{err}");
+}
+
+#[test]
+fn a_backend_without_gated_delta_kernels_is_refused_before_loading() {
+    // The test support backend wraps the CPU's op groups but does not offer Gated DeltaNet kernels.
+    let b = faulty::Faulty { inner: CpuBackend::new(1), fault: faulty::Fault::None };
+    assert!(b.gated_delta_ops().is_none());
+    let Err(err) = plumb_models::load_model_with(&HfCheckpoint::open(fixture().join("hf")).unwrap(), &b, None) else {
+        panic!("a backend without Gated DeltaNet kernels must be refused");
+    };
+    let msg = err.to_string();
+    assert!(msg.contains("Gated DeltaNet") && msg.contains("qwen3_5"), "{msg}");
 }
