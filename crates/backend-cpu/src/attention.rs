@@ -7,7 +7,7 @@
 use crate::SharedOut;
 use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
-use plumb_core::{ForwardBatch, KvSpec};
+use plumb_core::{ForwardBatch, KvSpec, LaneStateStore};
 
 /// The largest head the kernel's register accumulators hold.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -18,6 +18,8 @@ pub struct CpuKvCache {
     pub spec: KvSpec,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// Per-lane state of the linear-attention layers (`KvSpec::lane_state`).
+    pub lane_state: LaneStateStore<f32>,
 }
 
 impl CpuKvCache {
@@ -28,6 +30,7 @@ impl CpuKvCache {
             spec: *spec,
             k: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
             v: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
+            lane_state: LaneStateStore::new(&spec.lane_state),
         }
     }
 

@@ -7,6 +7,7 @@ mod attention;
 mod dequant;
 mod elementwise;
 mod fused;
+mod gdn;
 mod linear;
 mod moe;
 mod pool;
@@ -18,8 +19,8 @@ pub use pool::Pool;
 pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LinearOps, MoeOps,
-    RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, HostBytes, KvSpec,
+    LinearOps, MoeOps, RopeOps, Shape, WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -215,6 +216,12 @@ impl Backend for CpuBackend {
     fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
         Some(self)
     }
+
+    fn gated_delta_ops(
+        &self,
+    ) -> Option<&dyn GatedDeltaOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
+    }
 }
 
 impl LinearOps for CpuBackend {
@@ -356,10 +363,10 @@ impl AttentionOps for CpuBackend {
         layer: usize,
         batch: &ForwardBatch,
         num_heads: usize,
-        scale: f32,
+        scale: f64,
         out: &mut CpuTensor,
     ) {
         assert_eq!((q.rows, q.cols), (batch.num_rows(), num_heads * kv.spec.head_dim), "attention: q shape");
-        attention::attention(&self.pool, self.isa, &q.data, kv, layer, batch, num_heads, scale, &mut out.data);
+        attention::attention(&self.pool, self.isa, &q.data, kv, layer, batch, num_heads, scale as f32, &mut out.data);
     }
 }

@@ -108,7 +108,14 @@ fn main() {
     let mut q = b.upload(&activations(&mut rng, 1, 576, Spread::Normal), 1, 576);
     time("rope 9 heads x 64, 1 row", &mut || b.rope(&mut q, &table, 9, 64));
     // Attention of one row over 64 and 640 cached positions (9 heads, 3 KV heads of 64).
-    let spec = KvSpec { num_layers: 1, num_kv_heads: 3, head_dim: 64, block_size: 16, num_blocks: 40 };
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        num_blocks: 40,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
     let mut kv = b.new_kv_cache(&spec);
     let lane = LaneView { block_table: (0..40).collect() };
     let mut all = ForwardBatch { block_size: 16, lanes: vec![lane.clone()], ..Default::default() };

@@ -64,7 +64,6 @@ impl Graphs {
         *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-
     pub fn submit(&mut self, key: GraphKey, ops: Vec<Op>, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
         let entry = self.entries.entry(key).or_default();
         if let Some(c) = &entry.captured

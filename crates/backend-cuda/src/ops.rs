@@ -344,9 +344,10 @@ impl AttentionOps for CudaBackend {
         layer: usize,
         batch: &ForwardBatch,
         num_heads: usize,
-        scale: f32,
+        scale: f64,
         out: &mut CudaTensor,
     ) {
+        let scale = scale as f32;
         let spec = &kv.spec;
         let rows = batch.num_rows();
         assert_eq!((q.rows, q.cols), (rows, num_heads * spec.head_dim), "attention: q shape");

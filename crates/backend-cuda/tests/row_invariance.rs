@@ -182,7 +182,14 @@ fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
         let rest = ids.split_off(len.div_ceil(block));
         lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
     }
-    let spec = KvSpec { num_layers: 1, num_kv_heads: 3, head_dim: 64, block_size: block, num_blocks };
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads: 3,
+        head_dim: 64,
+        block_size: block,
+        num_blocks,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
     (lanes, spec, lens)
 }
 
@@ -213,6 +220,7 @@ fn filled_cache(
             row_lane: all.row_lane[start..end].to_vec(),
             slot_mapping: all.slot_mapping[start..end].to_vec(),
             lanes: lanes.to_vec(),
+            state_slots: vec![],
             logits_rows: vec![],
             block_size: spec.block_size,
         };

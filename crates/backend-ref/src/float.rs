@@ -5,6 +5,7 @@ use std::ops::{Add, Div, Mul, Sub};
 /// f64 (the truth) or f32 (the floor).
 pub trait RefFloat:
     Copy
+    + Default
     + PartialOrd
     + Send
     + Sync
@@ -20,6 +21,8 @@ pub trait RefFloat:
     fn to_f64(self) -> f64;
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
+    /// ln(1 + self).
+    fn ln_1p(self) -> Self;
     fn is_nan(self) -> bool;
     fn zero() -> Self {
         Self::from_f64(0.0)
@@ -43,6 +46,9 @@ impl RefFloat for f64 {
     fn exp(self) -> Self {
         f64::exp(self)
     }
+    fn ln_1p(self) -> Self {
+        f64::ln_1p(self)
+    }
     fn is_nan(self) -> bool {
         f64::is_nan(self)
     }
@@ -61,6 +67,9 @@ impl RefFloat for f32 {
     }
     fn exp(self) -> Self {
         f32::exp(self)
+    }
+    fn ln_1p(self) -> Self {
+        f32::ln_1p(self)
     }
     fn is_nan(self) -> bool {
         f32::is_nan(self)

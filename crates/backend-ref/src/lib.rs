@@ -7,13 +7,14 @@
 #![forbid(unsafe_code)]
 
 mod float;
+mod gdn;
 mod moe;
 
 pub use float::RefFloat;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GgmlType, KvSpec, LinearInputs, LinearOps,
-    MoeOps, RopeOps, Shape, WeightSource, dequantize,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, KvSpec, LaneStateStore,
+    LinearInputs, LinearOps, MoeOps, RopeOps, Shape, WeightSource, dequantize,
 };
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -44,6 +45,8 @@ pub struct RefKvCache<T> {
     spec: KvSpec,
     k: Vec<Vec<T>>,
     v: Vec<Vec<T>>,
+    /// Per-lane state of the linear-attention layers (`KvSpec::lane_state`).
+    lane_state: LaneStateStore<T>,
 }
 
 /// The reference backend in float type `T`.
@@ -121,10 +124,17 @@ impl<T: RefFloat> Backend for RefBackend<T> {
             spec: *spec,
             k: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
             v: (0..spec.num_layers).map(|_| vec![T::zero(); per_layer]).collect(),
+            lane_state: LaneStateStore::new(&spec.lane_state),
         }
     }
 
     fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
+        Some(self)
+    }
+
+    fn gated_delta_ops(
+        &self,
+    ) -> Option<&dyn GatedDeltaOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
         Some(self)
     }
 }
@@ -307,11 +317,11 @@ impl<T: RefFloat> AttentionOps for RefBackend<T> {
         layer: usize,
         batch: &ForwardBatch,
         num_heads: usize,
-        scale: f32,
+        scale: f64,
         out: &mut RefTensor<T>,
     ) {
         let (d, kvh) = (kv.spec.head_dim, kv.spec.num_kv_heads);
-        let scale = T::from_f64(scale as f64);
+        let scale = T::from_f64(scale);
         for row in 0..batch.num_rows() {
             let lane = batch.row_lane[row] as usize;
             let ctx = batch.positions[row] as usize + 1;

@@ -70,7 +70,33 @@ const FAMILY_KEYS: &[(&str, &str, &[&str])] = &[
             "router_aux_loss_coef",
         ],
     ),
+    (
+        "Qwen3_5ForCausalLM",
+        "qwen3_5_text",
+        &[
+            "attention_bias",
+            "layer_types",
+            "full_attention_interval",
+            // The Gated DeltaNet layers, read by the family (plumb_models::families::qwen3_5).
+            "linear_conv_kernel_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        ],
+    ),
 ];
+
+/// Vision-language checkpoints whose text model plumb runs: (architecture, model_type, the text
+/// model's architecture). Their `config.json` nests the text config under `text_config`; the
+/// vision tower's settings are not read (its weights are refused or ignored by the family,
+/// explicitly).
+pub const VISION_LANGUAGE: &[(&str, &str, &str)] =
+    &[("Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5ForCausalLM")];
+
+/// Top-level keys of a vision-language config.json besides `text_config`.
+const VISION_LANGUAGE_KEYS: &[&str] =
+    &["vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"];
 
 fn bad(key: &str, why: impl Into<String>) -> CheckpointError {
     CheckpointError::BadConfig { file: "config.json".into(), key: key.into(), why: why.into() }
@@ -103,6 +129,7 @@ impl ModelConfig {
     pub fn from_hf_json(text: &str) -> Result<Self, CheckpointError> {
         let v: Value = serde_json::from_str(text).map_err(|e| bad("(file)", format!("is not JSON: {e}")))?;
         let Value::Object(m) = v else { return Err(bad("(file)", "is not a JSON object")) };
+        let m = text_part(m)?;
         let archs = opt(&m, "architectures", "a list of strings", |v| {
             v.as_array()?.iter().map(|a| a.as_str().map(String::from)).collect::<Option<Vec<_>>>()
         })?
@@ -110,7 +137,10 @@ impl ModelConfig {
         let [architecture] = archs.as_slice() else {
             return Err(bad("architectures", format!("lists {archs:?}; plumb expects exactly one")));
         };
-        let family = FAMILY_KEYS.iter().find(|(a, _, _)| a == architecture);
+        // A vision-language architecture is checked against its text model's keys.
+        let text_arch =
+            VISION_LANGUAGE.iter().find(|(a, _, _)| a == architecture).map_or(architecture.as_str(), |v| v.2);
+        let family = FAMILY_KEYS.iter().find(|(a, _, _)| *a == text_arch);
         if let Some((_, model_type, own)) = family {
             if let Some(t) = opt(&m, "model_type", "a string", |v| v.as_str().map(String::from))?
                 && t != *model_type
@@ -131,6 +161,11 @@ impl ModelConfig {
         let num_attention_heads = req_size(&m, "num_attention_heads")?;
         let head_dim = size(&m, "head_dim")?.unwrap_or(hidden_size / num_attention_heads.max(1));
         let (rope_theta, rope_scaling) = rope(&m)?;
+        let rope_dim = match partial_rotary_factor(&m)? {
+            // transformers: int(head_dim * partial_rotary_factor).
+            Some(f) => (head_dim as f64 * f) as usize,
+            None => head_dim,
+        };
         let config = ModelConfig {
             architecture: architecture.clone(),
             hidden_size,
@@ -143,7 +178,7 @@ impl ModelConfig {
             max_position_embeddings: req_size(&m, "max_position_embeddings")?,
             rms_norm_eps: opt(&m, "rms_norm_eps", "a number", Value::as_f64)?.unwrap_or(1e-6),
             rope_theta,
-            rope_dim: head_dim,
+            rope_dim,
             rope_scaling,
             tie_word_embeddings: opt(&m, "tie_word_embeddings", "true or false", Value::as_bool)?.unwrap_or(false),
             rope_layout: RopeLayout::RotateHalf,
@@ -151,6 +186,62 @@ impl ModelConfig {
         config.validate().map_err(|why| bad("(hyper-parameters)", why))?;
         Ok(config)
     }
+}
+
+/// A vision-language config (`VISION_LANGUAGE`) → its text config, under the vision-language
+/// architecture name (the family loader knows the nested weight layout by it); others unchanged.
+fn text_part(mut m: Map<String, Value>) -> Result<Map<String, Value>, CheckpointError> {
+    let arch = m.get("architectures").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str);
+    let Some(&(vl_arch, vl_type, _)) = VISION_LANGUAGE.iter().find(|(a, _, _)| Some(*a) == arch) else {
+        return Ok(m);
+    };
+    if let Some(t) = m.get("model_type").and_then(Value::as_str)
+        && t != vl_type
+    {
+        return Err(bad("model_type", format!("is `{t}`, which contradicts architecture {vl_arch}")));
+    }
+    let Some(Value::Object(mut text)) = m.remove("text_config") else {
+        return Err(bad("text_config", format!("is missing or not an object; {vl_arch} nests its text model there")));
+    };
+    for (k, v) in m {
+        if k == "architectures" {
+            continue;
+        }
+        if text.get(&k).is_some_and(|t| *t != v) && k != "model_type" && k != "dtype" && k != "transformers_version" {
+            return Err(bad(&k, format!("is {v} at the top level but {} in text_config", text[&k])));
+        }
+        if !COMMON_KEYS.contains(&k.as_str()) && !VISION_LANGUAGE_KEYS.contains(&k.as_str()) {
+            return Err(bad(&k, format!("is not a {vl_arch} setting plumb knows; refusing to ignore it")));
+        }
+        if k == "tie_word_embeddings" {
+            text.insert(k, v);
+        }
+    }
+    text.insert("architectures".into(), Value::from(vec![vl_arch]));
+    text.remove("model_type");
+    Ok(text)
+}
+
+/// `partial_rotary_factor` from `rope_parameters` (transformers 5) or the top level, in (0, 1].
+fn partial_rotary_factor(m: &Map<String, Value>) -> Result<Option<f64>, CheckpointError> {
+    let nested = m
+        .get("rope_parameters")
+        .and_then(Value::as_object)
+        .map(|rp| opt(rp, "partial_rotary_factor", "a number", Value::as_f64));
+    let f = match (nested.transpose()?.flatten(), opt(m, "partial_rotary_factor", "a number", Value::as_f64)?) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(bad(
+                "partial_rotary_factor",
+                format!("is {b}, but rope_parameters.partial_rotary_factor is {a}"),
+            ));
+        }
+        (Some(f), _) | (None, Some(f)) => f,
+        (None, None) => return Ok(None),
+    };
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(bad("partial_rotary_factor", format!("is {f}; it must be in (0, 1]")));
+    }
+    Ok(Some(f))
 }
 
 /// Values of family keys that select behaviour plumb does not implement.
@@ -315,5 +406,35 @@ mod tests {
         let c = ModelConfig::from_hf_json(text).unwrap();
         assert_eq!((c.head_dim, c.num_key_value_heads, c.rope_scaling), (64, 3, None));
         assert!(c.tie_word_embeddings);
+    }
+
+    const QWEN3_5: &str = r#"{"architectures":["Qwen3_5ForCausalLM"],"model_type":"qwen3_5_text","hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,
+        "vocab_size":384,"max_position_embeddings":1024,"rms_norm_eps":1e-6,"layer_types":["linear_attention",
+        "linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":16,
+        "linear_num_key_heads":2,"linear_num_value_heads":4,"linear_value_head_dim":16,"rope_parameters":{
+        "partial_rotary_factor":0.25,"rope_theta":10000.0,"rope_type":"default","mrope_section":[11,11,10],
+        "mrope_interleaved":true}}"#;
+
+    #[test]
+    fn qwen3_5_reads_partial_rotary_flat_and_nested_in_a_vision_language_config() {
+        let flat = ModelConfig::from_hf_json(QWEN3_5).unwrap();
+        assert_eq!((flat.head_dim, flat.rope_dim, flat.architecture.as_str()), (32, 8, "Qwen3_5ForCausalLM"));
+        let text: Value = serde_json::from_str(QWEN3_5).unwrap();
+        let vl = serde_json::json!({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+            "text_config": text, "vision_config": {}, "image_token_id": 9, "tie_word_embeddings": false});
+        let nested = ModelConfig::from_hf_json(&vl.to_string()).unwrap();
+        assert_eq!(nested.architecture, "Qwen3_5ForConditionalGeneration");
+        assert_eq!(ModelConfig { architecture: flat.architecture.clone(), ..nested }, flat);
+        // An unknown key, at either level, is refused rather than ignored.
+        let mut unknown = vl.clone();
+        unknown["text_config"]["linear_mystery"] = 1.into();
+        assert!(ModelConfig::from_hf_json(&unknown.to_string()).unwrap_err().to_string().contains("linear_mystery"));
+        let mut unknown = vl.clone();
+        unknown["audio_config"] = 1.into();
+        assert!(ModelConfig::from_hf_json(&unknown.to_string()).unwrap_err().to_string().contains("audio_config"));
+        let mut missing = vl;
+        missing.as_object_mut().unwrap().remove("text_config");
+        assert!(ModelConfig::from_hf_json(&missing.to_string()).unwrap_err().to_string().contains("text_config"));
     }
 }

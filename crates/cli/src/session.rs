@@ -264,6 +264,18 @@ impl<B: OpenBackend> Session<B> {
             start.elapsed().as_secs_f64(),
             engine.backend().name()
         );
+        let spec = engine.model().kv_spec_for_lanes(BLOCK_SIZE, 1, 1);
+        if spec.lane_state.num_layers > 0 {
+            // Linear-attention layers: a fixed state per lane instead of KV that grows.
+            eprintln!(
+                "lane state: {:.1} KiB per lane in {} linear-attention layers, constant in the context length; \
+                 KV for the other {} layers ({} bytes per token); prefix cache off",
+                spec.lane_state.bytes_per_slot() as f64 / 1024.0,
+                spec.lane_state.num_layers,
+                spec.num_layers,
+                spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * 4,
+            );
+        }
         Ok(Session { path: path.to_path_buf(), tokenizer, template, sampling, engine })
     }
 }

@@ -106,6 +106,13 @@ pub trait Backend: Send + Sync {
     fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = Self::Tensor, Weight = Self::Weight, KvCache = Self::KvCache>> {
         None
     }
+    /// The Gated DeltaNet op group of the hybrid linear-attention families, where this backend
+    /// has kernels for it (asked at load, as `moe_ops`).
+    fn gated_delta_ops(
+        &self,
+    ) -> Option<&dyn GatedDeltaOps<Tensor = Self::Tensor, Weight = Self::Weight, KvCache = Self::KvCache>> {
+        None
+    }
 }
 
 /// Matrix products and lookups over any weight format.
@@ -163,7 +170,8 @@ pub trait AttentionOps: Backend {
     /// Stores each row's K and V ([num_rows, num_kv_heads · head_dim]) at its slot of `layer`.
     fn write_kv(&self, kv: &mut Self::KvCache, layer: usize, k: &Self::Tensor, v: &Self::Tensor, batch: &ForwardBatch);
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
-    /// q: [num_rows, num_heads · head_dim] → out: same shape.
+    /// q: [num_rows, num_heads · head_dim] → out: same shape. `scale` multiplies the scores; it is
+    /// float64 so the reference uses the exact value (a float32 backend rounds it once).
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -172,7 +180,7 @@ pub trait AttentionOps: Backend {
         layer: usize,
         batch: &ForwardBatch,
         num_heads: usize,
-        scale: f32,
+        scale: f64,
         out: &mut Self::Tensor,
     );
 }
@@ -198,6 +206,98 @@ pub struct ExpertRow {
     pub group: u32,
     pub row: u32,
 }
+
+/// Gated DeltaNet (Qwen3.5 / 3.6, Qwen3-Next) and the norms and gates of the hybrid families
+/// built on it. The two stateful ops read and write the lane state the batch names
+/// (`ForwardBatch::state_slots`, geometry in `KvSpec::lane_state`): each lane's rows are taken in
+/// position order, one token at a time, so a token's output and the state after it never depend
+/// on how its sequence was split into steps or which other lanes share the step.
+pub trait GatedDeltaOps: Backend {
+    /// Zero-centred RMSNorm of every `weight.cols()`-long slice of each row:
+    /// `x / sqrt(mean(x²) + eps) · (1 + w)`. x, out: [num_rows, k · weight.cols()]. `eps` is
+    /// float64 so the reference adds the configured value itself (activations this op sees, such
+    /// as a delta-rule output, can be small enough that eps's float32 rounding shows).
+    fn rms_norm_1p(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f64, out: &mut Self::Tensor);
+    /// Norm-then-gate: for every `weight.cols()`-long slice, `x / sqrt(mean(x²) + eps) · w ·
+    /// silu(z)`. x, z, out: [num_rows, k · weight.cols()].
+    fn rms_norm_gated(
+        &self,
+        x: &Self::Tensor,
+        z: &Self::Tensor,
+        weight: &Self::Weight,
+        eps: f64,
+        out: &mut Self::Tensor,
+    );
+    /// out = x · σ(gate), where gate has x's shape or one column (a per-row gate).
+    fn sigmoid_mul(&self, x: &Self::Tensor, gate: &Self::Tensor, out: &mut Self::Tensor);
+    /// Per row and value head h: `g = −exp(a_log[h]) · softplus(a[h] + dt_bias[h])` and
+    /// `beta = σ(b[h])`. a, b, g, beta: [num_rows, num_v_heads]; a_log, dt_bias: [1, num_v_heads].
+    #[allow(clippy::too_many_arguments)]
+    fn gdn_gates(
+        &self,
+        a: &Self::Tensor,
+        b: &Self::Tensor,
+        a_log: &Self::Weight,
+        dt_bias: &Self::Weight,
+        g: &mut Self::Tensor,
+        beta: &mut Self::Tensor,
+    );
+    /// Causal depthwise convolution then SiLU, per lane: `out[t, c] = silu(Σ_j w[c, j] · x[t − K +
+    /// 1 + j, c])` over the lane's previous inputs (its conv state, zeros before position 0).
+    /// Leaves each lane's last K − 1 inputs in its conv state of lane-state layer `layer`.
+    /// x, out: [num_rows, C]; weight: [1, C · K] (row c holds channel c's K taps).
+    fn conv1d_silu(
+        &self,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        x: &Self::Tensor,
+        weight: &Self::Weight,
+        batch: &ForwardBatch,
+        out: &mut Self::Tensor,
+    );
+    /// The gated delta rule, per lane and value head h (key head h / (Hv / Hk)), token by token:
+    /// q, k L2-normalised (`x / sqrt(Σx² + 1e-6)`), q scaled by 1/√dk, then `S ← e^{g}·S;
+    /// u = β·(v − Sᵀk); S ← S + k·uᵀ; o = Sᵀq` with S [dk, dv] the lane's recurrent state of
+    /// layer `layer`. qkv: [num_rows, 2·Hk·dk + Hv·dv] as q ‖ k ‖ v; g, beta: [num_rows, Hv];
+    /// out: [num_rows, Hv·dv].
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_rule(
+        &self,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        qkv: &Self::Tensor,
+        g: &Self::Tensor,
+        beta: &Self::Tensor,
+        heads: GdnHeads,
+        batch: &ForwardBatch,
+        out: &mut Self::Tensor,
+    );
+}
+
+/// Head geometry of a Gated DeltaNet layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnHeads {
+    pub num_k_heads: usize,
+    pub num_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+impl GdnHeads {
+    /// Columns of the q ‖ k ‖ v input.
+    pub fn qkv_cols(&self) -> usize {
+        2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+    }
+    /// Floats of one lane's recurrent state: Hv · dk · dv.
+    pub fn state_floats(&self) -> usize {
+        self.num_v_heads * self.k_head_dim * self.v_head_dim
+    }
+}
+
+/// The ops of `GatedDeltaOps`; a backend whose `gated_delta_ops` is `Some` must pass a
+/// conformance case for each.
+pub const GATED_DELTA_OPS: [&str; 6] =
+    ["rms_norm_1p", "rms_norm_gated", "sigmoid_mul", "gdn_gates", "conv1d_silu", "gated_delta_rule"];
 
 /// The ops of `MoeOps`; a backend whose `moe_ops` is `Some` must pass a conformance case for each.
 pub const MOE_OPS: [&str; 2] = ["router_topk", "moe_combine"];

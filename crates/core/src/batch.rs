@@ -7,12 +7,37 @@
 /// KV cache geometry shared by the scheduler (which hands out blocks) and backends (which store them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvSpec {
+    /// Layers with paged K/V (a hybrid model's full-attention layers only).
     pub num_layers: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
     /// Positions per block.
     pub block_size: usize,
     pub num_blocks: usize,
+    /// Fixed-size per-lane state beside the blocks (linear-attention layers); `NONE` for others.
+    pub lane_state: LaneStateSpec,
+}
+
+/// Per-lane state of the layers whose memory is a fixed-size summary of the whole prefix (Gated
+/// DeltaNet): for each of `num_layers` state layers and each of `num_slots` slots, a convolution
+/// state of `conv_floats` and a recurrent state of `recurrent_floats`. A slot belongs to one lane
+/// at a time (`ForwardBatch::state_slots`); it cannot be split into blocks or shared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneStateSpec {
+    pub num_layers: usize,
+    pub num_slots: usize,
+    pub conv_floats: usize,
+    pub recurrent_floats: usize,
+}
+
+impl LaneStateSpec {
+    /// No lane state (attention-only models).
+    pub const NONE: LaneStateSpec = LaneStateSpec { num_layers: 0, num_slots: 0, conv_floats: 0, recurrent_floats: 0 };
+
+    /// Bytes one slot takes across all state layers, in f32: constant in the sequence length.
+    pub fn bytes_per_slot(&self) -> usize {
+        self.num_layers * (self.conv_floats + self.recurrent_floats) * 4
+    }
 }
 
 impl KvSpec {
@@ -41,6 +66,10 @@ pub struct ForwardBatch {
     /// [num_rows] KV slot (`block_id * block_size + offset`) each row writes.
     pub slot_mapping: Vec<u32>,
     pub lanes: Vec<LaneView>,
+    /// [num_lanes] the lane-state slot of each lane, for models with lane state (empty otherwise).
+    /// A lane whose first row here is at position 0 starts from zero state; any other first row
+    /// must continue exactly where its slot's state left off (the backend checks).
+    pub state_slots: Vec<u32>,
     /// Rows whose logits are wanted, in output order.
     pub logits_rows: Vec<u32>,
     pub block_size: usize,
@@ -50,7 +79,12 @@ impl ForwardBatch {
     /// One lane whose block table is `block_table`, with rows for `tokens` at positions
     /// `start..`, logits for every row (callers that want fewer trim `logits_rows`).
     pub fn single_lane(tokens: &[u32], start: usize, block_size: usize, block_table: Vec<u32>) -> Self {
-        let mut batch = ForwardBatch { block_size, lanes: vec![LaneView { block_table }], ..Default::default() };
+        let mut batch = ForwardBatch {
+            block_size,
+            lanes: vec![LaneView { block_table }],
+            state_slots: vec![0],
+            ..Default::default()
+        };
         for (i, &t) in tokens.iter().enumerate() {
             batch.push_row(0, t, start + i);
         }
@@ -94,6 +128,12 @@ impl ForwardBatch {
             if self.slot(lane, pos) != self.slot_mapping[r] as usize {
                 return Err(format!("row {r}: slot mapping disagrees with the block table"));
             }
+        }
+        if !self.state_slots.is_empty() && self.state_slots.len() != self.lanes.len() {
+            return Err(format!("{} state slots for {} lanes", self.state_slots.len(), self.lanes.len()));
+        }
+        if let Some((i, s)) = self.state_slots.iter().enumerate().find(|(i, s)| self.state_slots[..*i].contains(s)) {
+            return Err(format!("lanes {i} and another share state slot {s}"));
         }
         if let Some(&r) = self.logits_rows.iter().find(|&&r| r as usize >= n) {
             return Err(format!("logits row {r} is out of range"));

@@ -7,13 +7,15 @@ pub mod backend;
 pub mod batch;
 pub mod bytes;
 pub mod dtype;
+pub mod lane_state;
 pub mod quant;
 
 pub use backend::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, LinearInputs, LinearOps, MOE_OPS,
-    MoeOps, OPS, RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps,
+    GdnHeads, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, Shape, WeightSource,
 };
-pub use batch::{ForwardBatch, KvSpec, LaneView};
+pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView};
 pub use bytes::HostBytes;
 pub use dtype::{GgmlType, TypeInfo};
+pub use lane_state::{LaneRun, LaneStateStore, StatePart, lane_runs};
 pub use quant::{QuantError, dequantize};

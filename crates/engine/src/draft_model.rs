@@ -37,6 +37,10 @@ pub enum DraftModelError {
     BadK(usize),
     #[error("the draft model's cache needs at least one block of at least one position")]
     NoRoom,
+    #[error(
+        "the draft model keeps per-lane recurrent state (linear attention), which cannot take back rejected drafts"
+    )]
+    LaneState,
 }
 
 /// Drafts with a model. See the module documentation.
@@ -80,6 +84,9 @@ impl<B: FullBackend> ModelProposer<B> {
         }
         if !(1..=16).contains(&config.k) {
             return Err(DraftModelError::BadK(config.k));
+        }
+        if model.kv_spec_for_lanes(1, 1, 1).lane_state.num_layers > 0 {
+            return Err(DraftModelError::LaneState);
         }
         if config.num_blocks == 0 || config.block_size == 0 || config.max_batch_tokens == 0 {
             return Err(DraftModelError::NoRoom);

@@ -101,8 +101,15 @@ pub struct Engine<B: FullBackend> {
 }
 
 impl<B: FullBackend> Engine<B> {
-    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
-        let kv = backend.new_kv_cache(&model.kv_spec(config.block_size, config.num_blocks));
+    /// An engine over `model`. A model with per-lane state (linear attention) gets a state slot
+    /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`); it cannot resume from prefix-cache blocks (its state is not in them and is not
+    /// snapshotted), so the prefix cache is turned off for it — check `scheduler_config()`.
+    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, mut config: SchedulerConfig) -> Self {
+        let spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
+        if spec.lane_state.num_layers > 0 {
+            config.enable_prefix_cache = false;
+        }
+        let kv = backend.new_kv_cache(&spec);
         let scheduler = Scheduler::new(config);
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
         Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats }
@@ -110,8 +117,16 @@ impl<B: FullBackend> Engine<B> {
 
     /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
     /// either way, bit for bit.
+    /// A model with per-lane state cannot take back rejected drafts (its state has absorbed
+    /// them), so it never drafts: the proposer is dropped, which changes speed only.
     pub fn set_proposer(&mut self, proposer: Option<Box<dyn Proposer<B>>>) {
-        self.proposer = proposer;
+        self.proposer = proposer.filter(|_| !self.has_lane_state());
+    }
+
+    /// Whether the model keeps per-lane state beside its KV blocks (linear attention).
+    pub fn has_lane_state(&self) -> bool {
+        let c = self.scheduler.config();
+        self.model.kv_spec_for_lanes(c.block_size, 1, 1).lane_state.num_layers > 0
     }
 
     /// Draft counters since start (all zero without a proposer).

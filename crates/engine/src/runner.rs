@@ -11,6 +11,7 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
     for (lane, item) in plan.items.iter().enumerate() {
         let seq = scheduler.get(item.seq_id).expect("planned sequences are known");
         batch.lanes.push(LaneView { block_table: seq.block_table().to_vec() });
+        batch.state_slots.push(seq.lane_slot().expect("planned sequences are running"));
         for pos in item.start..item.end {
             batch.push_row(lane, seq.tokens()[pos], pos);
         }

@@ -26,7 +26,10 @@ impl<B: FullBackend> Engine<B> {
         let mut out = Vec::with_capacity(tokens.len() * vocab_size);
         for start in (0..tokens.len()).step_by(config.max_batch_tokens) {
             let end = (start + config.max_batch_tokens).min(tokens.len());
-            let batch = ForwardBatch::single_lane(&tokens[start..end], start, config.block_size, table.clone());
+            let mut batch = ForwardBatch::single_lane(&tokens[start..end], start, config.block_size, table.clone());
+            // The state slot past the lanes' own (see `Engine::new`), so scoring never touches a
+            // running request's state.
+            batch.state_slots = vec![config.max_lanes as u32];
             let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
             debug_assert_eq!(logits.cols(), vocab_size);
             out.extend(self.backend.download(&logits));

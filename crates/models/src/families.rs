@@ -2,4 +2,5 @@
 
 pub mod llama;
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;

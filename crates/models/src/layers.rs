@@ -2,6 +2,9 @@
 
 pub mod attention;
 pub mod decoder;
+pub mod gated_attention;
+pub mod gated_delta;
+pub mod hybrid;
 pub mod loader;
 pub mod mlp;
 pub mod moe;

@@ -9,7 +9,7 @@ pub mod layers;
 pub mod registry;
 
 use plumb_checkpoint::ModelConfig;
-use plumb_core::{Backend, ForwardBatch, KvSpec};
+use plumb_core::{Backend, ForwardBatch, KvSpec, LaneStateSpec};
 
 pub use registry::{ModelError, load_model, load_model_with};
 
@@ -19,8 +19,15 @@ pub type Trace<'a, B> = &'a mut dyn FnMut(&str, Option<usize>, &<B as Backend>::
 /// A causal language model on backend `B`.
 pub trait CausalLm<B: Backend>: Send + Sync {
     fn config(&self) -> &ModelConfig;
-    /// The KV geometry this model needs for `num_blocks` blocks of `block_size` positions.
+    /// The KV geometry this model needs for `num_blocks` blocks of `block_size` positions, and
+    /// one lane-state slot where the model has lane state.
     fn kv_spec(&self, block_size: usize, num_blocks: usize) -> KvSpec {
+        self.kv_spec_for_lanes(block_size, num_blocks, 1)
+    }
+    /// [`CausalLm::kv_spec`] with `num_lanes` lane-state slots (batches then name slots
+    /// `0..num_lanes` in `ForwardBatch::state_slots`). Attention-only models have no lane state.
+    fn kv_spec_for_lanes(&self, block_size: usize, num_blocks: usize, num_lanes: usize) -> KvSpec {
+        let _ = num_lanes;
         let c = self.config();
         KvSpec {
             num_layers: c.num_hidden_layers,
@@ -28,6 +35,7 @@ pub trait CausalLm<B: Backend>: Send + Sync {
             head_dim: c.head_dim,
             block_size,
             num_blocks,
+            lane_state: LaneStateSpec::NONE,
         }
     }
     /// One step: writes every row's K/V into `kv` and returns logits [batch.logits_rows.len(), vocab].

@@ -1,7 +1,7 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_moe::Qwen3Moe};
+use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend};
@@ -52,7 +52,8 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 }
 
 /// Hugging Face architectures with a family.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
+     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text)";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -60,12 +61,16 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
         "LlamaForCausalLM" | "MistralForCausalLM" => Some("llama"),
         "Qwen3ForCausalLM" => Some("qwen3"),
         "Qwen3MoeForCausalLM" => Some("qwen3_moe"),
+        "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Some("qwen3_5"),
         _ => None,
     }
 }
 
 /// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
 const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
+
+/// Families built on the optional Gated DeltaNet op group (`Backend::gated_delta_ops`).
+const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5"];
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
@@ -121,6 +126,10 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
             BackendError::MissingOpGroup { backend: backend.name(), group: "mixture-of-experts", needed_by }.into()
         );
     }
+    if GATED_DELTA_FAMILIES.contains(&family) && backend.gated_delta_ops().is_none() {
+        let needed_by = format!("the `{family}` family");
+        return Err(BackendError::MissingOpGroup { backend: backend.name(), group: "Gated DeltaNet", needed_by }.into());
+    }
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
@@ -129,6 +138,7 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         "llama" => Ok(Box::new(Llama::load(&loader, config)?)),
         "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
         "qwen3_moe" => Ok(Box::new(Qwen3Moe::load(&loader, config)?)),
+        "qwen3_5" => Ok(Box::new(Qwen3_5::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

@@ -37,6 +37,15 @@ impl Scheduler {
         if self.running.len() > self.config.max_lanes {
             return Err(format!("{} running in {} lanes", self.running.len(), self.config.max_lanes));
         }
+        let mut slots: Vec<u32> = self.free_slots.clone();
+        slots.extend(self.running.iter().filter_map(|id| self.seqs.get(id).and_then(|s| s.lane_slot)));
+        slots.sort_unstable();
+        if slots != (0..self.config.max_lanes as u32).collect::<Vec<_>>() {
+            return Err(format!("lane slots of running sequences and free slots are not 0..max_lanes: {slots:?}"));
+        }
+        if let Some(id) = self.waiting.iter().find(|id| self.seqs.get(id).is_some_and(|s| s.lane_slot.is_some())) {
+            return Err(format!("waiting sequence {} holds a lane slot", id.0));
+        }
         let running: HashSet<_> = self.running.iter().collect();
         let waiting: HashSet<_> = self.waiting.iter().collect();
         if running.len() != self.running.len() || waiting.len() != self.waiting.len() {

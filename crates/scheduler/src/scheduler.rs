@@ -24,6 +24,8 @@ pub struct Scheduler {
     pub(crate) waiting: VecDeque<SeqId>,
     /// Admission order; preemption takes from the back.
     pub(crate) running: Vec<SeqId>,
+    /// Lane slots no running sequence holds (`Sequence::lane_slot`).
+    pub(crate) free_slots: Vec<u32>,
     num_preemptions_total: u64,
     prefix_cache_queried_tokens: u64,
     prefix_cache_hit_tokens: u64,
@@ -40,12 +42,14 @@ impl Scheduler {
             panic!("invalid scheduler config: {e}");
         }
         let blocks = BlockManager::new(config.num_blocks, config.block_size, config.enable_prefix_cache, hasher);
+        let free_slots = (0..config.max_lanes as u32).rev().collect();
         Scheduler {
             config,
             blocks,
             seqs: HashMap::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
+            free_slots,
             num_preemptions_total: 0,
             prefix_cache_queried_tokens: 0,
             prefix_cache_hit_tokens: 0,
@@ -197,6 +201,7 @@ impl Scheduler {
         }
         let seq = self.seqs.get_mut(&id).expect("running sequences are known");
         self.blocks.release(seq);
+        self.free_slots.extend(seq.lane_slot.take());
         seq.status = Status::Waiting;
         self.waiting.push_front(id);
         plan.preempted.push(id);
@@ -220,6 +225,7 @@ impl Scheduler {
                 self.prefix_cache_hit_tokens += start as u64;
             }
             self.blocks.admit(seq, hit, end);
+            seq.lane_slot = Some(self.free_slots.pop().expect("fewer than max_lanes run, so a slot is free"));
             seq.status = Status::Running;
             self.waiting.pop_front();
             self.running.push(id);
@@ -289,6 +295,7 @@ impl Scheduler {
         for u in updates.iter().filter(|u| u.finished.is_some()) {
             let mut seq = self.seqs.remove(&u.seq_id).expect("updated sequences are known");
             self.blocks.release(&mut seq);
+            self.free_slots.extend(seq.lane_slot.take());
             any_finished = true;
         }
         if any_finished {
@@ -311,6 +318,7 @@ impl Scheduler {
             Status::Waiting => self.waiting.retain(|&w| w != id),
         }
         self.blocks.release(&mut seq);
+        self.free_slots.extend(seq.lane_slot.take());
         true
     }
 

@@ -45,6 +45,9 @@ pub struct Sequence {
     /// Prefix-cache identity of the first `prefix_ids.len()` blocks of `block_table`.
     pub(crate) prefix_ids: Vec<u64>,
     pub(crate) status: Status,
+    /// The lane slot it holds while running (per-lane state of linear-attention models lives
+    /// there); `None` while waiting. A preempted sequence gives its slot back.
+    pub(crate) lane_slot: Option<u32>,
 }
 
 impl Sequence {
@@ -63,6 +66,7 @@ impl Sequence {
             block_hashes: Vec::new(),
             prefix_ids: Vec::new(),
             status: Status::Waiting,
+            lane_slot: None,
         }
     }
 
@@ -90,6 +94,12 @@ impl Sequence {
     /// Tokens whose KV is in the blocks (0 while waiting).
     pub fn num_computed_tokens(&self) -> usize {
         self.num_computed_tokens
+    }
+
+    /// The lane slot (0..max_lanes) it holds while running, distinct from every other running
+    /// sequence's; `None` while waiting.
+    pub fn lane_slot(&self) -> Option<u32> {
+        self.lane_slot
     }
 
     /// KV block ids, block `i` holding positions `i*block_size..(i+1)*block_size`.

@@ -57,8 +57,14 @@ fn main() {
         if !name.contains(&filter) {
             continue;
         }
-        let spec =
-            KvSpec { num_layers: 1, num_kv_heads: kv_heads, head_dim: d, block_size: 16, num_blocks: ctx.div_ceil(16) };
+        let spec = KvSpec {
+            num_layers: 1,
+            num_kv_heads: kv_heads,
+            head_dim: d,
+            block_size: 16,
+            num_blocks: ctx.div_ceil(16),
+            lane_state: plumb_core::LaneStateSpec::NONE,
+        };
         let mut kv = b.new_kv_cache(&spec);
         let table: Vec<u32> = (0..spec.num_blocks as u32).collect();
         let hist = ForwardBatch::single_lane(&vec![0; ctx], 0, 16, table.clone());

@@ -1,8 +1,9 @@
 //! The per-op conformance suite: every op of the `Backend` traits, every weight format, on the
 //! backend under test against `RefBackend<f64>`, with fresh random inputs for each seed.
 //! Outputs of the backend under test are poisoned with NaN first, so an element an op forgets to
-//! write fails the case. The optional op groups (`moe`) run where the backend has them.
+//! write fails the case. The optional op groups (`moe`, `gdn`) run where the backend has them.
 
+mod gdn;
 mod moe;
 
 use crate::bounds::{Metric, bound, dot_bound};
@@ -97,6 +98,7 @@ pub fn run_suite<B: FullBackend>(backend: &B, seed: u64) -> Vec<CaseResult> {
     rope_cases(&p, &mut rng, &mut out);
     attention_cases(&p, &mut rng, &mut out);
     moe::moe_cases(&p, &mut rng, &mut out);
+    gdn::gdn_cases(&p, &mut rng, &mut out);
     out
 }
 
@@ -267,7 +269,14 @@ fn rope_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Case
 
 fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {
     let (heads, kv_heads, d, block) = (6, 2, 64, 4);
-    let spec = KvSpec { num_layers: 1, num_kv_heads: kv_heads, head_dim: d, block_size: block, num_blocks: 16 };
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads: kv_heads,
+        head_dim: d,
+        block_size: block,
+        num_blocks: 16,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
     // Two lanes with scattered blocks: lane 0 holds 9 positions, lane 1 holds 21.
     let lanes = vec![LaneView { block_table: vec![5, 1, 9] }, LaneView { block_table: vec![2, 14, 0, 7, 11, 3] }];
     let mut history = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };

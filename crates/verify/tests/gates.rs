@@ -8,7 +8,7 @@ mod tiny_model;
 use faulty::{Fault, Faulty};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{Backend, ForwardBatch, FullBackend, MOE_OPS, OPS};
+use plumb_core::{Backend, ForwardBatch, FullBackend, GATED_DELTA_OPS, MOE_OPS, OPS};
 use plumb_verify::conformance::{CaseResult, run_suite};
 use plumb_verify::gate::{Control, GateBound, run_gate};
 use plumb_verify::residency;
@@ -55,9 +55,9 @@ fn check_conformance(backend: &CpuBackend) {
         );
     }
     assert!(failing(&results).is_empty(), "{:#?}", failing(&results));
-    // The CPU backend has the optional MoE group, so its ops must have cases too.
-    assert!(backend.moe_ops().is_some());
-    let ops: Vec<&str> = OPS.iter().chain(&MOE_OPS).copied().collect();
+    // The CPU backend has the optional MoE and Gated DeltaNet groups, so their ops must have cases too.
+    assert!(backend.moe_ops().is_some() && backend.gated_delta_ops().is_some());
+    let ops: Vec<&str> = OPS.iter().chain(&MOE_OPS).chain(&GATED_DELTA_OPS).copied().collect();
     for op in &ops {
         assert!(results.iter().any(|r| r.op == *op), "op `{op}` has no conformance case");
     }

@@ -136,7 +136,14 @@ fn attention_is_identical_on_every_isa() {
     let bs = backends();
     let (heads, kv_heads, block) = (6, 2, 4);
     for d in [16, 64, 128] {
-        let spec = KvSpec { num_layers: 1, num_kv_heads: kv_heads, head_dim: d, block_size: block, num_blocks: 24 };
+        let spec = KvSpec {
+            num_layers: 1,
+            num_kv_heads: kv_heads,
+            head_dim: d,
+            block_size: block,
+            num_blocks: 24,
+            lane_state: plumb_core::LaneStateSpec::NONE,
+        };
         let lanes = vec![LaneView { block_table: vec![5, 1, 9] }, LaneView { block_table: (10..24).collect() }];
         let mut history = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };
         for (lane, len) in [(0usize, 9usize), (1, 53)] {

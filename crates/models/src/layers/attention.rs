@@ -110,7 +110,9 @@ impl<B: FullBackend> Attention<B> {
         }
         b.write_kv(kv, layer, &k, &v, batch);
         let mut attn = b.tensor(n, h * d);
-        b.attention(&q, kv, layer, batch, h, 1.0 / (d as f32).sqrt(), &mut attn);
+        // The scale rounded to float32 first, as these families have always computed it.
+        let scale = (1.0 / (d as f32).sqrt()) as f64;
+        b.attention(&q, kv, layer, batch, h, scale, &mut attn);
         if let Some(t) = trace {
             t("attn_out", Some(layer), &attn);
         }

@@ -31,7 +31,7 @@ impl<B: FullBackend> FeedForward<B> {
     }
 
     /// x: [num_rows, hidden] (normed) → [num_rows, hidden].
-    fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
+    pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
         match self {
             FeedForward::Dense(mlp) => mlp.forward(b, x, layer, trace),
             FeedForward::Moe(moe) => moe.forward(b, x, layer, trace),

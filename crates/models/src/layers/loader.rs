@@ -54,6 +54,57 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         Ok(w)
     }
 
+    /// The whole tensor `hf_name` (of any rank) as one [1, len] row: small per-channel tensors
+    /// such as depthwise-convolution taps ([C, 1, K] → C·K values, channel-major).
+    pub fn load_flat(&self, hf_name: &str, len: usize) -> Result<B::Weight, ModelError> {
+        let v = self.view(hf_name)?;
+        if v.rows * v.cols != len {
+            return Err(ModelError::WrongShape { name: hf_name.into(), expected: (1, len), actual: (v.rows, v.cols) });
+        }
+        let src = WeightSource { name: hf_name.into(), ty: v.ty, rows: 1, cols: len, bytes: v.bytes };
+        Ok(self.backend.load_weight(src)?)
+    }
+
+    /// Checks that `hf_name` is [rows, cols] and returns row groups of it as separate weights:
+    /// `parts[i]` lists the row ranges (in order) that make weight i. Rows are copied as stored,
+    /// so splitting a fused projection changes no value (and no rounding) of its product.
+    pub fn load_row_parts(
+        &self,
+        hf_name: &str,
+        rows: usize,
+        cols: usize,
+        parts: &[Vec<std::ops::Range<usize>>],
+    ) -> Result<Vec<B::Weight>, ModelError> {
+        let v = self.view(hf_name)?;
+        if (v.rows, v.cols) != (rows, cols) {
+            return Err(ModelError::WrongShape {
+                name: hf_name.into(),
+                expected: (rows, cols),
+                actual: (v.rows, v.cols),
+            });
+        }
+        let row_bytes = v.data.len() / rows.max(1);
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, ranges)| {
+                let mut bytes = Vec::new();
+                for r in ranges {
+                    bytes.extend_from_slice(&v.data[r.start * row_bytes..r.end * row_bytes]);
+                }
+                let n: usize = ranges.iter().map(|r| r.len()).sum();
+                let src = WeightSource {
+                    name: format!("{hf_name}[part {i}]"),
+                    ty: v.ty,
+                    rows: n,
+                    cols,
+                    bytes: plumb_core::HostBytes::from_vec(bytes),
+                };
+                Ok(self.backend.load_weight(src)?)
+            })
+            .collect()
+    }
+
     /// A vector of `len` elements (a bias) if the checkpoint has it.
     pub fn load_optional_vector(&self, hf_name: &str, len: usize) -> Result<Option<B::Weight>, ModelError> {
         if !self.has(hf_name) {
@@ -73,8 +124,8 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
     }
 
     /// Ends loading: every tensor of the checkpoint must have been consumed or be named in
-    /// `ignored` (Hugging Face names, `model.layers.*.` standing for every layer; each with a
-    /// reason where the family lists it).
+    /// `ignored` (Hugging Face names, `model.layers.*.` standing for every layer, a trailing `.*`
+    /// for everything under a prefix; each with a reason where the family lists it).
     pub fn finish(&self, ignored: &[&str]) -> Result<(), ModelError> {
         let used = self.used.borrow();
         let unused: Vec<String> = self
@@ -87,8 +138,14 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
     }
 }
 
-/// `pattern` equals `name`, or is `model.layers.*.SUFFIX` and `name` is `model.layers.N.SUFFIX`.
+/// `pattern` equals `name`, or is `model.layers.*.SUFFIX` and `name` is `model.layers.N.SUFFIX`,
+/// or is `PREFIX.*` and `name` starts with `PREFIX.`.
 fn name_matches(pattern: &str, name: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix(".*")
+        && let Some(rest) = name.strip_prefix(prefix)
+    {
+        return rest.starts_with('.');
+    }
     let layer_rest = name.strip_prefix("model.layers.").and_then(|r| r.split_once('.'));
     match (pattern.strip_prefix("model.layers.*."), layer_rest) {
         (Some(suffix), Some((layer, rest))) => layer.parse::<usize>().is_ok() && rest == suffix,
@@ -107,5 +164,8 @@ mod tests {
         assert!(!name_matches(inv, "model.layers.x.self_attn.rotary_emb.inv_freq"));
         assert!(!name_matches(inv, "model.layers.0.self_attn.q_proj.bias"));
         assert!(name_matches("model.rope_freqs.weight", "model.rope_freqs.weight"));
+        assert!(name_matches("model.visual.*", "model.visual.blocks.0.attn.qkv.weight"));
+        assert!(!name_matches("model.visual.*", "model.visual_extra.weight"));
+        assert!(!name_matches("model.visual.*", "model.language_model.norm.weight"));
     }
 }

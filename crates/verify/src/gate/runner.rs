@@ -31,7 +31,7 @@ impl<'a, B: FullBackend + 'static> Runner<'a, B> {
         let model = plumb_models::load_model_with(file, backend, None)?;
         let block_size = 16;
         let blocks_per_lane = max_len.div_ceil(block_size);
-        let kv = backend.new_kv_cache(&model.kv_spec(block_size, blocks_per_lane * num_lanes));
+        let kv = backend.new_kv_cache(&model.kv_spec_for_lanes(block_size, blocks_per_lane * num_lanes, num_lanes));
         Ok(Runner { backend, model, kv, block_size, blocks_per_lane, num_lanes })
     }
 
@@ -108,6 +108,8 @@ impl<'a, B: FullBackend + 'static> Runner<'a, B> {
                 }
                 let lane = batch.lanes.len();
                 batch.lanes.push(self.lane_view(i));
+                // Lane i's state slot is i, as its blocks are its own (solo runs use lane 0's).
+                batch.state_slots.push(i as u32);
                 let end = (done[i] + chunk_of(i, step).max(1)).min(seq.len());
                 for pos in done[i]..end {
                     batch.logits_rows.push(batch.num_rows() as u32);

@@ -222,7 +222,7 @@ impl AttentionOps for Faulty {
         layer: usize,
         batch: &ForwardBatch,
         num_heads: usize,
-        scale: f32,
+        scale: f64,
         out: &mut CpuTensor,
     ) {
         self.inner.attention(q, kv, layer, batch, num_heads, scale, out)
