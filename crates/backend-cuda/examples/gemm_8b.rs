@@ -1,7 +1,7 @@
 //! plumb's `linear` against cuBLASLt at Llama-3.1-8B's shapes with bf16 weights, in one run:
 //! what batch invariance costs, per shape and row count M. Also measures the device's copy
 //! bandwidth (a device-to-device copy, bytes read + written per second), the roofline that
-//! decode is held to. cuBLASLt runs bf16 × bf16 → bf16 with fp32 accumulation and its own
+//! decode is held to (`CudaBackend::copy_bandwidth`, as `plumb bench` measures it). cuBLASLt runs bf16 × bf16 → bf16 with fp32 accumulation and its own
 //! heuristic choice per shape (what Python engines use); plumb runs its canonical kernels (f32
 //! activations rounded to bf16 on entry, f32 out).
 //!
@@ -60,13 +60,8 @@ fn main() {
     let stream = ctx.new_stream().expect("stream");
     let sync = || stream.synchronize().unwrap();
 
-    // Copy bandwidth: 2 GiB device to device.
-    let n = 1usize << 31;
-    let src = stream.alloc_zeros::<u8>(n).unwrap();
-    let mut dst = stream.alloc_zeros::<u8>(n).unwrap();
-    let copy = time(&sync, &mut || stream.memcpy_dtod(&src, &mut dst).unwrap());
-    let bandwidth = 2.0 * n as f64 / copy;
-    drop((src, dst));
+    // The roofline `plumb bench` uses: a timed device-to-device copy.
+    let bandwidth = b.copy_bandwidth().expect("measuring the copy bandwidth");
     println!("copy bandwidth: {:.0} GB/s (read + written)", bandwidth / 1e9);
 
     let lt = CudaBlasLT::new(stream.clone()).expect("cuBLASLt");

@@ -7,7 +7,7 @@ use crate::Trace;
 use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp, moe::Moe};
 use crate::registry::ModelError;
 use plumb_checkpoint::ModelConfig;
-use plumb_core::{Backend, ForwardBatch, FullBackend};
+use plumb_core::{Backend, ForwardBatch, FullBackend, Shape};
 
 /// A decoder layer's feed-forward block: one SwiGLU MLP, or a mixture of them.
 pub enum FeedForward<B: Backend> {
@@ -133,16 +133,31 @@ impl<B: FullBackend> Decoder<B> {
                 t("layer_out", Some(i), &x);
             }
         }
-        let mut last = b.tensor(batch.logits_rows.len(), hidden);
-        b.gather_rows(&x, &batch.logits_rows, &mut last);
-        let mut normed_last = b.tensor(batch.logits_rows.len(), hidden);
-        b.rms_norm(&last, &self.norm, eps, &mut normed_last);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let mut logits = b.tensor(batch.logits_rows.len(), c.vocab_size);
-        b.linear(&normed_last, head, &mut logits);
-        if let Some(t) = &mut trace {
-            t("logits", None, &logits);
-        }
-        logits
+        output_head(b, &x, batch, c.vocab_size, head, |x, out| b.rms_norm(x, &self.norm, eps, out), &mut trace)
     }
+}
+
+/// The logits of a step's `logits_rows`: those rows of the last hidden state, the final norm
+/// (`norm`, the family's kind), then the head; shared by every decoder stack.
+pub(crate) fn output_head<B: FullBackend>(
+    b: &B,
+    x: &B::Tensor,
+    batch: &ForwardBatch,
+    vocab_size: usize,
+    head: &B::Weight,
+    norm: impl FnOnce(&B::Tensor, &mut B::Tensor),
+    trace: &mut Option<Trace<'_, B>>,
+) -> B::Tensor {
+    let (rows, hidden) = (batch.logits_rows.len(), x.cols());
+    let mut last = b.tensor(rows, hidden);
+    b.gather_rows(x, &batch.logits_rows, &mut last);
+    let mut normed_last = b.tensor(rows, hidden);
+    norm(&last, &mut normed_last);
+    let mut logits = b.tensor(rows, vocab_size);
+    b.linear(&normed_last, head, &mut logits);
+    if let Some(t) = trace {
+        t("logits", None, &logits);
+    }
+    logits
 }

@@ -5,7 +5,7 @@
 //! ones own a fixed-size per-lane state (lane-state layer = their rank among linear layers).
 
 use crate::Trace;
-use crate::layers::decoder::FeedForward;
+use crate::layers::decoder::{FeedForward, output_head};
 use crate::layers::gated_attention::GatedAttention;
 use crate::layers::gated_delta::{GatedDeltaNet, GdnSpec, ops};
 use crate::layers::loader::WeightLoader;
@@ -172,16 +172,8 @@ impl<B: FullBackend> HybridDecoder<B> {
                 t("layer_out", Some(i), &x);
             }
         }
-        let mut last = b.tensor(batch.logits_rows.len(), hidden);
-        b.gather_rows(&x, &batch.logits_rows, &mut last);
-        let mut normed_last = b.tensor(batch.logits_rows.len(), hidden);
-        ops.rms_norm_1p(&last, &self.norm, eps, &mut normed_last);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let mut logits = b.tensor(batch.logits_rows.len(), c.vocab_size);
-        b.linear(&normed_last, head, &mut logits);
-        if let Some(t) = &mut trace {
-            t("logits", None, &logits);
-        }
-        logits
+        let norm = |x: &B::Tensor, out: &mut B::Tensor| ops.rms_norm_1p(x, &self.norm, eps, out);
+        output_head(b, &x, batch, c.vocab_size, head, norm, &mut trace)
     }
 }
