@@ -10,12 +10,13 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 5] = [
+pub const SOURCE: [&str; 6] = [
     include_str!("kernels/dequant.cu"),
     include_str!("kernels/linear.cu"),
     include_str!("kernels/linear_mma.cu"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/attention.cu"),
+    include_str!("kernels/pick.cu"),
 ];
 
 /// The compile options every kernel is built with. `--fmad=false`: no multiply-add is contracted

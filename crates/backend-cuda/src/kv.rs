@@ -7,7 +7,7 @@
 
 use crate::CudaBackend;
 use cudarc::driver::{CudaSlice, DevicePtr};
-use plumb_core::{ForwardBatch, KvSpec};
+use plumb_core::{BackendError, ForwardBatch, KvSpec};
 
 /// K and V for every layer, on the device.
 #[derive(Debug)]
@@ -21,19 +21,32 @@ pub struct CudaKvCache {
 }
 
 impl CudaKvCache {
-    /// Zeroed storage for `spec`, plus the pad block.
-    pub fn new(backend: &CudaBackend, spec: &KvSpec) -> Self {
+    /// Zeroed storage for `spec`, plus the pad block; running out of device memory is an error
+    /// naming the cache's size and what the device has free.
+    pub fn new(backend: &CudaBackend, spec: &KvSpec) -> Result<Self, BackendError> {
         let per_layer = (spec.num_blocks + 1) * spec.block_size * spec.num_kv_heads * spec.head_dim;
-        let alloc = || {
-            backend
-                .stream
-                .alloc_zeros::<f32>(per_layer)
-                .expect("CUDA allocation of the KV cache failed (out of device memory?)")
+        let need = 2 * spec.num_layers * per_layer * 4;
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+        let oom = |why: String| BackendError::OutOfMemory {
+            backend: plumb_core::Backend::name(backend),
+            what: format!("a KV cache of {} blocks of {} tokens", spec.num_blocks, spec.block_size),
+            mib: need as f64 / (1u64 << 20) as f64,
+            why: format!("{why}; ask for fewer KV tokens"),
         };
-        let k: Vec<CudaSlice<f32>> = (0..spec.num_layers).map(|_| alloc()).collect();
-        let v: Vec<CudaSlice<f32>> = (0..spec.num_layers).map(|_| alloc()).collect();
+        backend.ctx.bind_to_thread().map_err(|e| oom(e.to_string()))?;
+        // Refused before any allocation when it cannot fit; an allocation that fails anyway
+        // (fragmentation, another process) is the same error.
+        if let Ok((free, total)) = cudarc::driver::result::mem_get_info()
+            && need > free
+        {
+            return Err(oom(format!("{:.1} of {:.1} GiB are free", gib(free), gib(total))));
+        }
+        let oom = |e: cudarc::driver::DriverError| oom(e.to_string());
+        let alloc = || backend.stream.alloc_zeros::<f32>(per_layer).map_err(oom);
+        let k = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<f32>>, _>>()?;
+        let v = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<f32>>, _>>()?;
         let ptrs = |s: &[CudaSlice<f32>]| s.iter().map(|s| s.device_ptr(&backend.stream).0).collect();
-        CudaKvCache { spec: *spec, k_ptrs: ptrs(&k), v_ptrs: ptrs(&v), k, v }
+        Ok(CudaKvCache { spec: *spec, k_ptrs: ptrs(&k), v_ptrs: ptrs(&v), k, v })
     }
 
     /// The spare block padded rows use (never in a block table).

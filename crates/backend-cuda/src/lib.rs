@@ -17,6 +17,7 @@ mod graph;
 mod kv;
 mod launch;
 mod ops;
+mod pick;
 mod pool;
 mod step;
 mod step_state;
@@ -27,7 +28,9 @@ pub use kv::CudaKvCache;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
-use plumb_core::{Backend, BackendError, ForwardBatch, GgmlType, KvSpec, LinearInputs, Shape, WeightSource};
+use plumb_core::{
+    Backend, BackendError, ForwardBatch, GgmlType, KvSpec, LinearInputs, PickRow, Picked, Shape, WeightSource,
+};
 use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -114,7 +117,7 @@ impl Shape for CudaWeight {
 /// The CUDA backend on one device.
 #[derive(Debug)]
 pub struct CudaBackend {
-    ctx: Arc<CudaContext>,
+    pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     kernels: HashMap<String, CudaFunction>,
@@ -127,6 +130,8 @@ pub struct CudaBackend {
     pub(crate) pool: Arc<Mutex<Pool>>,
     pub(crate) state: Mutex<step_state::State>,
     graphs_enabled: AtomicBool,
+    /// Whether `pick` runs on the device (`pick.rs`).
+    pub(crate) picks_enabled: AtomicBool,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
@@ -167,6 +172,9 @@ fn kernel_names() -> Vec<String> {
         "round_bf16",
         "linear_mma_bf16",
         "linear_mma_split_bf16",
+        "apply_logit_edits",
+        "pick_argmax",
+        "pick_top_k",
     ]
     .map(String::from)
     .into();
@@ -238,6 +246,7 @@ impl CudaBackend {
             pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
             state: Mutex::new(step_state::State::default()),
             graphs_enabled: AtomicBool::new(graphs_enabled),
+            picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
             ctx,
             stream,
@@ -383,6 +392,25 @@ impl CudaBackend {
             .expect("CUDA upload failed");
     }
 
+    /// `n` words from device address `src`, after the queued work that writes them.
+    pub(crate) fn download_words(&self, src: u64, n: usize) -> Vec<u32> {
+        self.download_from(src, n)
+    }
+
+    fn download_from<T: Copy + Default>(&self, src: u64, n: usize) -> Vec<T> {
+        self.flush();
+        let mut v = vec![T::default(); n];
+        if !v.is_empty() {
+            self.ctx.bind_to_thread().expect("CUDA context");
+            // SAFETY: the caller's buffer at `src` holds at least `n` values of T; the stream is
+            // synchronized before `v` is read or dropped.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut v, src, self.stream.cu_stream()) }
+                .expect("CUDA download failed");
+        }
+        self.stream.synchronize().expect("CUDA download failed");
+        v
+    }
+
     fn new_tensor(&self, rows: usize, cols: usize) -> CudaTensor {
         let padded_rows = self.padded_rows(rows);
         CudaTensor { rows, cols, padded_rows, buf: self.alloc(padded_rows * cols * 4) }
@@ -443,16 +471,21 @@ impl Backend for CudaBackend {
         if row_bytes * src.rows != src.bytes.len() {
             return Err(bad(format!("{} bytes for {} × {} {}", src.bytes.len(), src.rows, src.cols, src.ty)));
         }
+        let oom = |e: DriverError| BackendError::OutOfMemory {
+            backend: self.name(),
+            what: format!("weight `{}`", src.name),
+            mib: src.bytes.len() as f64 / (1u64 << 20) as f64,
+            why: e.to_string(),
+        };
         let dense = if src.rows == 1 {
             let mut v = vec![0f32; src.cols];
             plumb_core::quant::dequantize(src.ty, &src.bytes, &mut v).map_err(|e| bad(e.to_string()))?;
-            Some(self.stream.clone_htod(&v).expect("CUDA upload failed"))
+            Some(self.stream.clone_htod(&v).map_err(oom)?)
         } else {
             None
         };
         let host: &[u8] = &src.bytes;
-        let bytes =
-            self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).expect("CUDA upload failed");
+        let bytes = self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).map_err(oom)?;
         let ptr = bytes.device_ptr(&self.stream).0;
         let suffix = type_suffix(src.ty).expect("checked by supports");
         let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
@@ -491,20 +524,22 @@ impl Backend for CudaBackend {
     }
 
     fn download(&self, t: &CudaTensor) -> Vec<f32> {
-        self.flush();
-        let mut v = vec![0f32; t.rows * t.cols];
-        if !v.is_empty() {
-            self.ctx.bind_to_thread().expect("CUDA context");
-            // SAFETY: the tensor's buffer holds at least rows · cols floats; the stream is
-            // synchronized before `v` is read or dropped.
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut v, t.ptr(), self.stream.cu_stream()) }
-                .expect("CUDA download failed");
-        }
-        self.stream.synchronize().expect("CUDA download failed");
-        v
+        self.download_from(t.ptr(), t.rows * t.cols)
+    }
+
+    fn picks_on_device(&self) -> bool {
+        self.picks_enabled.load(Ordering::Relaxed)
+    }
+
+    fn pick(&self, logits: &mut CudaTensor, rows: &[PickRow]) -> Vec<Picked> {
+        self.pick_rows(logits, rows)
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> CudaKvCache {
+        CudaKvCache::new(self, spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_new_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
         CudaKvCache::new(self, spec)
     }
 

@@ -124,7 +124,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let threads = backend.threads();
     let device = backend.device_info_later();
     let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
-    let mut engine = Engine::new(backend, model, config);
+    let mut engine = Engine::try_new(backend, model, config)?;
     if let Some(spec) = &drafter {
         let tokenizer = plumb_engine::load::checkpoint_tokenizer(file.as_ref())?;
         engine.set_proposer(Some(spec.proposer(&engine, &tokenizer)?));

@@ -253,7 +253,7 @@ impl<B: OpenBackend> Session<B> {
             enable_prefix_cache: true,
         };
         let drafter = crate::draft::DraftSpec::from_args(args)?;
-        let mut engine = Engine::new(backend, model, config);
+        let mut engine = Engine::try_new(backend, model, config)?;
         if let Some(spec) = &drafter {
             let proposer = spec.proposer(&engine, &tokenizer)?;
             engine.set_proposer(Some(proposer));

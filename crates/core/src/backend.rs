@@ -8,6 +8,7 @@
 use crate::batch::{ForwardBatch, KvSpec};
 use crate::bytes::HostBytes;
 use crate::dtype::GgmlType;
+use crate::pick::{PickRow, Picked};
 
 /// A weight as stored in a checkpoint: `rows` outputs of `cols` inputs, in type `ty`.
 #[derive(Clone, Debug)]
@@ -30,6 +31,8 @@ pub enum BackendError {
     UnsupportedHeadDim { backend: String, head_dim: usize, why: String },
     #[error("backend `{backend}` has no {group} kernels yet, which {needed_by} needs")]
     MissingOpGroup { backend: String, group: &'static str, needed_by: String },
+    #[error("{what} ({mib:.1} MiB) does not fit on {backend}: {why}")]
+    OutOfMemory { backend: String, what: String, mib: f64, why: String },
 }
 
 /// Shape of a backend tensor.
@@ -93,12 +96,31 @@ pub trait Backend: Send + Sync {
         self.download(t).into_iter().map(f64::from).collect()
     }
     fn new_kv_cache(&self, spec: &KvSpec) -> Self::KvCache;
+    /// `new_kv_cache`, with running out of memory as an error (a device backend's cache is sized
+    /// by the user; the default is for backends whose allocation cannot fail short of the host).
+    fn try_new_kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache, BackendError> {
+        Ok(self.new_kv_cache(spec))
+    }
     /// Called by the model once at the start of every forward pass, before any op of the step,
     /// with the step's batch and KV cache. A device backend uploads the batch's metadata here once
     /// instead of per op, and may run the step as one recorded unit (CUDA graphs) that it submits
     /// at the first host read. The CPU and reference backends need nothing.
     fn begin_step(&self, batch: &ForwardBatch, kv: &Self::KvCache) {
         let _ = (batch, kv);
+    }
+    /// Whether [`Backend::pick`] reduces rows where the logits live (so a sampled token, not its
+    /// row, crosses to the host). The engine then reads whole rows only for requests whose
+    /// sampler needs them (logprobs, returned logits, no top-k cut).
+    fn picks_on_device(&self) -> bool {
+        false
+    }
+    /// Each of `rows`: its row of `logits` edited by its penalties, then reduced by its pick,
+    /// exactly as [`crate::pick::pick_host`] defines (the edits may be left in the rows named).
+    /// The default reads the logits back and runs that definition.
+    fn pick(&self, logits: &mut Self::Tensor, rows: &[PickRow]) -> Vec<Picked> {
+        let host = self.download(logits);
+        let cols = logits.cols();
+        rows.iter().map(|r| crate::pick::pick_host(&host[r.row * cols..(r.row + 1) * cols], r)).collect()
     }
     /// The mixture-of-experts op group, where this backend has kernels for it. A family that
     /// needs it asks here when it loads, so a backend without it is refused before any weight

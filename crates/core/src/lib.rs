@@ -8,6 +8,7 @@ pub mod batch;
 pub mod bytes;
 pub mod dtype;
 pub mod lane_state;
+pub mod pick;
 pub mod quant;
 
 pub use backend::{
@@ -18,4 +19,5 @@ pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView};
 pub use bytes::HostBytes;
 pub use dtype::{GgmlType, TypeInfo};
 pub use lane_state::{LaneRun, LaneStateStore, StatePart, lane_runs};
+pub use pick::{LogitEdit, Penalties, Pick, PickRow, Picked};
 pub use quant::{QuantError, dequantize};

@@ -13,7 +13,7 @@ mod output;
 mod runner;
 mod score;
 
-use plumb_core::{FullBackend, Shape};
+use plumb_core::{FullBackend, PickRow, Picked, Shape};
 use plumb_models::CausalLm;
 use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
@@ -73,6 +73,9 @@ pub enum EngineError {
     TooManyLogprobs { asked: usize, max: usize },
     #[error("the engine failed while computing this request: {0}")]
     Internal(String),
+    /// The backend could not hold the engine's state (a KV cache beyond device memory).
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// Most top alternatives a request may ask for with its log-probabilities (OpenAI allows 20).
@@ -104,15 +107,20 @@ impl<B: FullBackend> Engine<B> {
     /// An engine over `model`. A model with per-lane state (linear attention) gets a state slot
     /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`); it cannot resume from prefix-cache blocks (its state is not in them and is not
     /// snapshotted), so the prefix cache is turned off for it — check `scheduler_config()`.
-    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, mut config: SchedulerConfig) -> Self {
+    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
+        Self::try_new(backend, model, config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `new`, with a KV cache the backend cannot hold (out of device memory) as an error.
+    pub fn try_new(backend: B, model: Box<dyn CausalLm<B>>, mut config: SchedulerConfig) -> Result<Self, EngineError> {
         let spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
         if spec.lane_state.num_layers > 0 {
             config.enable_prefix_cache = false;
         }
-        let kv = backend.new_kv_cache(&spec);
+        let kv = backend.try_new_kv_cache(&spec).map_err(|e| EngineError::Backend(e.to_string()))?;
         let scheduler = Scheduler::new(config);
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
-        Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats }
+        Ok(Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats })
     }
 
     /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
@@ -211,7 +219,7 @@ impl<B: FullBackend> Engine<B> {
         }
         let batch = runner::build_batch(&plan, &self.scheduler);
         let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
-        let (kept, extras) = self.sample(&plan, &logits);
+        let (kept, extras) = self.sample(&plan, logits);
         self.observe_drafts(&plan, &kept);
         let updates = self.scheduler.update_verified(&plan, &kept);
         let outputs = output::emit(updates, extras, &mut self.requests);
@@ -256,24 +264,64 @@ impl<B: FullBackend> Engine<B> {
 
     /// Per sampling item, the tokens it keeps (its accepted drafts, then one sample), with the
     /// logprobs and logits rows the request asked for, one per kept token.
-    fn sample(&self, plan: &StepPlan, logits: &B::Tensor) -> (Vec<Vec<u32>>, Vec<output::ItemExtras>) {
-        let host = self.backend.download(logits);
+    /// On a backend that picks on the device, a request whose sampler reads only a row's argmax
+    /// or top-k gets that reduction instead of the row (the same token: `sample_picked`); the
+    /// others' rows are gathered and read back.
+    fn sample(&self, plan: &StepPlan, mut logits: B::Tensor) -> (Vec<Vec<u32>>, Vec<output::ItemExtras>) {
         let vocab = logits.cols();
-        let mut rows = host.chunks_exact(vocab);
+        let items: Vec<_> = plan.items.iter().filter(|item| item.sample).collect();
+        let on_device = self.backend.picks_on_device();
+        let (mut pick_rows, mut host_rows, mut first) = (Vec::new(), Vec::new(), 0);
+        let mut picks = Vec::with_capacity(items.len());
+        for item in &items {
+            let state = &self.requests[&item.seq_id];
+            let pick = plumb_sampling::device_pick(&state.params)
+                .filter(|_| on_device && state.logprobs.is_none() && !state.return_logits);
+            let rows = first..first + item.num_samples();
+            first = rows.end;
+            picks.push(pick);
+            let Some(pick) = pick else {
+                host_rows.extend(rows.map(|r| r as u32));
+                continue;
+            };
+            let seq = self.scheduler.get(item.seq_id).expect("planned sequences are known");
+            let mut history = seq.tokens().to_vec();
+            for (j, row) in rows.enumerate() {
+                let edits = plumb_sampling::edits(&state.params, &history, seq.prompt_len(), vocab);
+                let penalties = plumb_sampling::penalties(&state.params);
+                pick_rows.push(PickRow { row, pick, penalties, edits });
+                history.extend(item.drafts.get(j));
+            }
+        }
+        // Whole rows first: picking may leave its edits in the rows it reduces.
+        let host = if !on_device {
+            self.backend.download(&logits)
+        } else if host_rows.is_empty() {
+            Vec::new()
+        } else {
+            let mut gathered = self.backend.tensor(host_rows.len(), vocab);
+            self.backend.gather_rows(&logits, &host_rows, &mut gathered);
+            self.backend.download(&gathered)
+        };
+        let picked = if pick_rows.is_empty() { Vec::new() } else { self.backend.pick(&mut logits, &pick_rows) };
+        let (mut host_rows, mut picked) = (host.chunks_exact(vocab), picked.into_iter());
         let mut kept_all = Vec::new();
         let mut extras = Vec::new();
-        for item in plan.items.iter().filter(|item| item.sample) {
+        for (item, pick) in items.iter().zip(picks) {
             let seq = self.scheduler.get(item.seq_id).expect("planned sequences are known");
             let state = &self.requests[&item.seq_id];
-            let item_rows: Vec<&[f32]> = rows.by_ref().take(item.num_samples()).collect();
-            let (history, prompt_len) = (seq.tokens(), seq.prompt_len());
-            let kept = plumb_sampling::sample_drafted(
-                item_rows.iter().copied(),
-                &item.drafts,
-                &state.params,
-                history,
-                prompt_len,
-            );
+            let (history, prompt_len, p) = (seq.tokens(), seq.prompt_len(), &state.params);
+            if pick.is_some() {
+                let item_picks: Vec<Picked> = picked.by_ref().take(item.num_samples()).collect();
+                let kept = plumb_sampling::verify_drafts(&item.drafts, history, |j, h| {
+                    plumb_sampling::sample_picked(&item_picks[j], p, h.len() as u64)
+                });
+                extras.push((item.seq_id, kept.iter().map(|_| output::Extras::default()).collect()));
+                kept_all.push(kept);
+                continue;
+            }
+            let item_rows: Vec<&[f32]> = host_rows.by_ref().take(item.num_samples()).collect();
+            let kept = plumb_sampling::sample_drafted(item_rows.iter().copied(), &item.drafts, p, history, prompt_len);
             extras.push((
                 item.seq_id,
                 kept.iter()

@@ -28,7 +28,7 @@ pub struct StepOutput {
 }
 
 /// Per sampled token, what its request asked for besides the token.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Extras {
     pub logprobs: Option<TokenLogprobs>,
     pub logits: Option<Vec<f32>>,

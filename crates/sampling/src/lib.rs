@@ -9,7 +9,10 @@ mod rng;
 
 pub use defaults::SamplingDefaults;
 pub use params::{SamplingError, SamplingParams};
+pub use plumb_core::pick::{argmax, top_k};
 pub use rng::uniform;
+
+use plumb_core::pick::{LogitEdit, MAX_DEVICE_TOP_K, Penalties, Pick, Picked};
 
 /// Picks the next token from `logits` given the sequence so far.
 /// `prompt_len` splits `history` into prompt and generated tokens (frequency and presence
@@ -27,15 +30,65 @@ pub fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt_len: u
     if p.is_greedy() {
         return argmax(logits);
     }
-    let inv_t = 1.0 / p.temperature as f64;
-    let mut cand: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l as f64 * inv_t)).collect();
-    // Highest logit first; ties by lower id, so the order is a pure function of the logits.
-    cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    if p.top_k > 0 {
-        cand.truncate(p.top_k);
+    let k = if p.top_k > 0 { p.top_k } else { logits.len() };
+    draw(&top_k(logits, k), p, position)
+}
+
+/// What a backend must compute from a row of logits for this request to be sampled from it
+/// alone ([`sample_picked`]), or None when the sampler needs the whole row (no top-k cut, or a
+/// top-k larger than a device reduction returns).
+pub fn device_pick(p: &SamplingParams) -> Option<Pick> {
+    if p.is_greedy() {
+        Some(Pick::Argmax)
+    } else if (1..=MAX_DEVICE_TOP_K).contains(&p.top_k) {
+        Some(Pick::TopK(p.top_k))
+    } else {
+        None
     }
-    let max = cand[0].1;
-    let mut probs: Vec<f64> = cand.iter().map(|&(_, l)| (l - max).exp()).collect();
+}
+
+/// The token `sample` draws, from the row's reduction by `device_pick(p)` after the request's
+/// [`edits`] — the same token, since the sampler reads nothing else of the row.
+pub fn sample_picked(picked: &Picked, p: &SamplingParams, position: u64) -> u32 {
+    match picked {
+        Picked::Argmax(t) => *t,
+        Picked::TopK(cand) => draw(cand, p, position),
+    }
+}
+
+/// The per-token logit edits of the request's bias and penalties for this history (tokens at
+/// or beyond `vocab_size` are skipped, as `sample` skips them).
+pub fn edits(p: &SamplingParams, history: &[u32], prompt_len: usize, vocab_size: usize) -> Vec<LogitEdit> {
+    let mut by_token = std::collections::BTreeMap::<u32, LogitEdit>::new();
+    let blank = |token| LogitEdit { token, has_bias: false, bias: 0.0, repeated: false, count: 0 };
+    for &(t, bias) in &p.logit_bias {
+        let e = by_token.entry(t).or_insert_with(|| blank(t));
+        (e.has_bias, e.bias) = (true, bias);
+    }
+    if p.repetition_penalty != 1.0 {
+        for &t in history {
+            by_token.entry(t).or_insert_with(|| blank(t)).repeated = true;
+        }
+    }
+    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+        for &t in &history[prompt_len.min(history.len())..] {
+            by_token.entry(t).or_insert_with(|| blank(t)).count += 1;
+        }
+    }
+    by_token.into_values().filter(|e| (e.token as usize) < vocab_size).collect()
+}
+
+/// The penalty strengths [`edits`] are applied with.
+pub fn penalties(p: &SamplingParams) -> Penalties {
+    Penalties { repetition: p.repetition_penalty, frequency: p.frequency_penalty, presence: p.presence_penalty }
+}
+
+/// Draws from candidates in sampling order (best first): temperature, softmax over them in
+/// float64, then the top-p and min-p cuts, then the position's uniform draw.
+fn draw(cand: &[(u32, f32)], p: &SamplingParams, position: u64) -> u32 {
+    let inv_t = 1.0 / p.temperature as f64;
+    let max = cand[0].1 as f64 * inv_t;
+    let mut probs: Vec<f64> = cand.iter().map(|&(_, l)| (l as f64 * inv_t - max).exp()).collect();
     let total: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|x| *x /= total);
     let mut keep = probs.len();
@@ -78,63 +131,30 @@ pub fn sample_drafted<'r>(
     history: &[u32],
     prompt_len: usize,
 ) -> Vec<u32> {
-    let mut rows = rows.into_iter();
-    let first = rows.next().expect("a verify step has at least one row");
-    let token = sample(first, p, history, prompt_len, history.len() as u64);
-    let mut kept = vec![token];
-    if drafts.first() != Some(&token) {
-        return kept;
-    }
+    let rows: Vec<&[f32]> = rows.into_iter().collect();
+    verify_drafts(drafts, history, |j, h| sample(rows[j], p, h, prompt_len, h.len() as u64))
+}
+
+/// The verification of [`sample_drafted`] with the sampling of row `j` (given the history with
+/// `drafts[..j]` appended) left to `sample_row`, for rows reduced on a device.
+pub fn verify_drafts(drafts: &[u32], history: &[u32], mut sample_row: impl FnMut(usize, &[u32]) -> u32) -> Vec<u32> {
     let mut extended = history.to_vec();
-    for (j, row) in rows.enumerate().take(drafts.len()) {
-        extended.push(drafts[j]);
-        let token = sample(row, p, &extended, prompt_len, extended.len() as u64);
+    let mut kept = Vec::new();
+    for j in 0..=drafts.len() {
+        let token = sample_row(j, &extended);
         kept.push(token);
-        if drafts.get(j + 1) != Some(&token) {
+        if drafts.get(j) != Some(&token) {
             break;
         }
+        extended.push(token);
     }
     kept
 }
 
-/// Index of the largest logit; the lowest index among equals.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 fn apply_penalties(logits: &mut [f32], p: &SamplingParams, history: &[u32], prompt_len: usize) {
-    for &(t, bias) in &p.logit_bias {
-        if let Some(l) = logits.get_mut(t as usize) {
-            *l += bias;
-        }
-    }
-    if p.repetition_penalty != 1.0 {
-        let mut seen = vec![false; logits.len()];
-        for &t in history {
-            if let Some(s) = seen.get_mut(t as usize) {
-                *s = true;
-            }
-        }
-        for (l, _) in logits.iter_mut().zip(&seen).filter(|(_, s)| **s) {
-            *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
-        }
-    }
-    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
-        let mut counts = std::collections::HashMap::<u32, u32>::new();
-        for &t in &history[prompt_len.min(history.len())..] {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (t, c) in counts {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
-            }
-        }
+    let pen = penalties(p);
+    for e in edits(p, history, prompt_len, logits.len()) {
+        logits[e.token as usize] = e.apply(logits[e.token as usize], &pen);
     }
 }
 
@@ -207,6 +227,52 @@ mod tests {
         assert!(SamplingParams { logit_bias: vec![(0, 101.0)], ..greedy.clone() }.validate().is_err());
         assert!(SamplingParams { logit_bias: vec![(1, 1.0), (1, 2.0)], ..greedy.clone() }.validate().is_err());
         assert!(SamplingParams { logit_bias: vec![(f32::NAN.to_bits(), f32::NAN)], ..greedy }.validate().is_err());
+    }
+
+    /// The device path's contract: a row reduced by `device_pick` after `edits` samples the token
+    /// `sample` draws from the whole row — across temperatures, cuts, penalties, ties and signed
+    /// zeros (rows from a small value set, so ties are common).
+    #[test]
+    fn a_picked_row_samples_what_the_whole_row_samples() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let values = [-2.0f32, -0.5, -0.0, 0.0, 0.25, 1.0, 1.5, 3.0];
+        let mut checked = 0;
+        for case in 0..3000u64 {
+            let vocab = 1 + (next() % 40) as usize;
+            let row: Vec<f32> = (0..vocab).map(|_| values[(next() % 8) as usize]).collect();
+            let history: Vec<u32> = (0..next() % 12).map(|_| (next() % 45) as u32).collect();
+            let prompt_len = (next() as usize) % (history.len() + 1);
+            let p = SamplingParams {
+                temperature: [0.0, 0.3, 1.0, 1.7][(next() % 4) as usize],
+                top_k: (next() % 6) as usize,
+                top_p: [1.0, 0.9, 0.5][(next() % 3) as usize],
+                min_p: [0.0, 0.1][(next() % 2) as usize],
+                repetition_penalty: [1.0, 1.3][(next() % 2) as usize],
+                frequency_penalty: [0.0, 0.4][(next() % 2) as usize],
+                presence_penalty: [0.0, -0.3][(next() % 2) as usize],
+                seed: next(),
+                logit_bias: if next() % 3 == 0 { vec![(1, 2.5), (7, -1.0), (60, 3.0)] } else { Vec::new() },
+            };
+            let Some(pick) = device_pick(&p) else { continue };
+            let r = plumb_core::PickRow {
+                row: 0,
+                pick,
+                penalties: penalties(&p),
+                edits: edits(&p, &history, prompt_len, vocab),
+            };
+            let picked = plumb_core::pick::pick_host(&row, &r);
+            let position = history.len() as u64 + case;
+            let want = sample(&row, &p, &history, prompt_len, position);
+            assert_eq!(sample_picked(&picked, &p, position), want, "case {case}: {p:?}");
+            checked += 1;
+        }
+        assert!(checked > 1500, "{checked} picked cases");
     }
 
     #[test]

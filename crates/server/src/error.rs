@@ -181,7 +181,7 @@ impl From<EngineError> for ApiError {
             EngineError::TooManyLogprobs { .. } => {
                 ApiError::BadParam { message: e.to_string(), param: Some("logprobs".into()) }
             }
-            EngineError::Internal(why) => ApiError::Internal(why),
+            EngineError::Internal(why) | EngineError::Backend(why) => ApiError::Internal(why),
         }
     }
 }

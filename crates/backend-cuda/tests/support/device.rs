@@ -1,4 +1,5 @@
 //! The device the GPU tests run on, or a clean skip: CI and most developer machines have no GPU.
+#![allow(dead_code)]
 
 use plumb_backend_cuda::CudaBackend;
 

@@ -1,0 +1,133 @@
+// Sampling reductions (`Backend::pick`; crates/core/src/pick.rs is the definition): the logit
+// edits of a request's bias and penalties, then a row's argmax or its k best candidates. Every
+// result is a pure function of the row: values are compared and copied, never summed, and the
+// integer counts of the radix select are exact whatever order threads add them in.
+
+#define PICK_THREADS 1024
+#define PICK_MAX_K 256
+
+// The float's place in IEEE total order (`f32::total_cmp`) as an unsigned key.
+__device__ __forceinline__ unsigned total_key(float x) {
+    unsigned u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The argmax order (IEEE `>`): +0 and -0 equal, NaN below every number.
+__device__ __forceinline__ unsigned argmax_key(float x) {
+    if (isnan(x)) return 0u;
+    return total_key(x == 0.0f ? 0.0f : x);
+}
+
+// A (key, index) pair as one unique 64-bit value: larger key first, then lower index.
+__device__ __forceinline__ u64 pick_pack(unsigned key, int j) {
+    return ((u64)key << 32) | (u64)(0xFFFFFFFFu - (unsigned)j);
+}
+
+__device__ __forceinline__ unsigned pick_index(u64 p) {
+    return 0xFFFFFFFFu - (unsigned)(p & 0xFFFFFFFFull);
+}
+
+// One thread per edit; an edit is 9 words: row, token, has_bias, bias, repeated, count, then the
+// row's repetition, frequency and presence penalties (float bits). The sampler's float32 order;
+// a NaN result is the canonical 0x7FC00000, as on the host.
+extern "C" __global__ void apply_logit_edits(float* __restrict__ logits, const unsigned* __restrict__ e, int n, int cols) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const unsigned* w = e + (u64)i * 9;
+    float* l = logits + (u64)w[0] * cols + w[1];
+    float v = *l;
+    if (w[2]) v = __fadd_rn(v, __uint_as_float(w[3]));
+    if (w[4]) {
+        const float r = __uint_as_float(w[6]);
+        v = v > 0.0f ? __fdiv_rn(v, r) : __fmul_rn(v, r);
+    }
+    if (w[5]) v = __fsub_rn(v, __fadd_rn(__fmul_rn(__uint2float_rn(w[5]), __uint_as_float(w[7])), __uint_as_float(w[8])));
+    *l = isnan(v) ? __uint_as_float(0x7FC00000u) : v;  // the one NaN of LogitEdit::apply
+}
+
+// Block-wide maximum of one u64 per thread (every thread gets it).
+__device__ u64 block_max_u64(u64 v) {
+    __shared__ u64 part[PICK_THREADS / 32];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const u64 o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = o > v ? o : v;
+    }
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    u64 m = part[0];
+    for (int i = 1; i < PICK_THREADS / 32; i++) m = part[i] > m ? part[i] : m;
+    return m;
+}
+
+// out[b] = the argmax of row rows[b]. A NaN at index 0 wins (nothing is `>` it).
+extern "C" __global__ void __launch_bounds__(PICK_THREADS)
+    pick_argmax(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, unsigned* __restrict__ out) {
+    const float* r = logits + (u64)rows[blockIdx.x] * cols;
+    u64 best = 0;
+    for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
+        const u64 p = pick_pack(argmax_key(r[j]), j);
+        best = p > best ? p : best;
+    }
+    best = block_max_u64(best);
+    if (threadIdx.x == 0) out[blockIdx.x] = isnan(r[0]) ? 0u : pick_index(best);
+}
+
+// The ks[b] best candidates of row rows[b] in total order (ties by lower index), best first, as
+// (index, value bits) pairs at out + b * 2 * PICK_MAX_K. A radix select finds the k-th largest
+// packed (key, index) value, 8 bits at a time from the top; the k values at or above it are then
+// ranked by counting (packs are unique, so ranks are too).
+extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const float* __restrict__ logits,
+                                                                      const unsigned* __restrict__ rows,
+                                                                      const unsigned* __restrict__ ks, int cols,
+                                                                      unsigned* __restrict__ out) {
+    __shared__ unsigned hist[256];
+    __shared__ u64 chosen_prefix;
+    __shared__ unsigned chosen_remaining;
+    __shared__ u64 cand[PICK_MAX_K];
+    __shared__ unsigned num_cand;
+    const float* r = logits + (u64)rows[blockIdx.x] * cols;
+    const unsigned k = min(min(ks[blockIdx.x], (unsigned)cols), (unsigned)PICK_MAX_K);
+    u64 prefix = 0, mask = 0;
+    unsigned remaining = k;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += PICK_THREADS) hist[b] = 0;
+        __syncthreads();
+        for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
+            const u64 p = pick_pack(total_key(r[j]), j);
+            if ((p & mask) == prefix) atomicAdd(&hist[(p >> shift) & 0xFF], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned above = 0;
+            int b = 255;
+            for (; b > 0; b--) {
+                if (above + hist[b] >= remaining) break;
+                above += hist[b];
+            }
+            chosen_prefix = prefix | ((u64)b << shift);
+            chosen_remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix = chosen_prefix;
+        remaining = chosen_remaining;
+        mask |= 0xFFull << shift;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) num_cand = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
+        const u64 p = pick_pack(total_key(r[j]), j);
+        if (p >= prefix) cand[atomicAdd(&num_cand, 1u)] = p;
+    }
+    __syncthreads();
+    unsigned* o = out + (u64)blockIdx.x * 2 * PICK_MAX_K;
+    for (unsigned i = threadIdx.x; i < k; i += PICK_THREADS) {
+        const u64 p = cand[i];
+        unsigned rank = 0;
+        for (unsigned m = 0; m < k; m++) rank += cand[m] > p ? 1u : 0u;
+        const unsigned id = pick_index(p);
+        o[2 * rank] = id;
+        o[2 * rank + 1] = __float_as_uint(r[id]);
+    }
+}

@@ -1,0 +1,83 @@
+//! Sampling reductions on the device (`Backend::pick`) equal their definition
+//! (`plumb_core::pick::pick_host`) bit for bit: argmax and top-k of edited rows, for vocabularies
+//! from 1 to Llama 3's, k from 1 to the device maximum (and beyond the row), rows full of ties,
+//! signed zeros, infinities and NaNs, and many rows per call.
+
+#[path = "support/device.rs"]
+mod device;
+
+use plumb_core::pick::{LogitEdit, MAX_DEVICE_TOP_K, Penalties, Pick, PickRow, Picked, pick_host};
+use plumb_core::{Backend, Shape};
+use plumb_verify::inputs::Rng;
+
+/// Picks with their values as bits, so NaN candidates compare too.
+fn bits(p: &Picked) -> (Option<u32>, Vec<(u32, u32)>) {
+    match p {
+        Picked::Argmax(t) => (Some(*t), Vec::new()),
+        Picked::TopK(c) => (None, c.iter().map(|&(t, v)| (t, v.to_bits())).collect()),
+    }
+}
+
+/// A row drawn from a small value set (so ties are everywhere), or from a normal distribution.
+fn row(rng: &mut Rng, cols: usize, kind: usize) -> Vec<f32> {
+    let special = [0.0, -0.0, 1.5, -1.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 3.0];
+    (0..cols)
+        .map(|_| match kind {
+            0 => special[rng.below(6)],
+            1 => special[rng.below(special.len())],
+            _ => rng.normal() as f32 * 4.0,
+        })
+        .collect()
+}
+
+fn edits(rng: &mut Rng, cols: usize) -> Vec<LogitEdit> {
+    let mut tokens: Vec<u32> = (0..rng.below(6)).map(|_| rng.below(cols) as u32).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens
+        .into_iter()
+        .map(|token| LogitEdit {
+            token,
+            has_bias: rng.below(2) == 0,
+            bias: (rng.normal() * 5.0) as f32,
+            repeated: rng.below(2) == 0,
+            count: rng.below(4) as u32,
+        })
+        .collect()
+}
+
+#[test]
+fn device_picks_equal_the_host_definition() {
+    let Some(b) = device::backend("pick") else { return };
+    let mut rng = Rng::new(device::seed());
+    let mut checked = 0;
+    for &cols in &[1usize, 3, 100, 1025, 49_152, 128_256] {
+        for kind in 0..3 {
+            let num_rows = 1 + rng.below(9);
+            let host: Vec<Vec<f32>> = (0..num_rows).map(|_| row(&mut rng, cols, kind)).collect();
+            let flat: Vec<f32> = host.concat();
+            let mut t = b.upload(&flat, num_rows, cols);
+            assert_eq!(t.cols(), cols);
+            let ks = [1, 2, 7, 40, MAX_DEVICE_TOP_K];
+            let chosen: Vec<usize> = (0..num_rows).filter(|_| rng.below(5) > 0).collect();
+            let rows: Vec<PickRow> = chosen
+                .into_iter()
+                .map(|r| PickRow {
+                    row: r,
+                    pick: if rng.below(3) == 0 { Pick::Argmax } else { Pick::TopK(ks[rng.below(ks.len())]) },
+                    penalties: Penalties { repetition: 1.3, frequency: 0.4, presence: -0.2 },
+                    edits: edits(&mut rng, cols),
+                })
+                .collect();
+            let got = b.pick(&mut t, &rows);
+            assert_eq!(got.len(), rows.len());
+            for (r, g) in rows.iter().zip(&got) {
+                let want = pick_host(&host[r.row], r);
+                assert_eq!(bits(g), bits(&want), "cols {cols}, kind {kind}, row {}: {:?}", r.row, r.pick);
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("{checked} rows picked on the device equal the host definition");
+    assert!(checked > 10);
+}
