@@ -5,16 +5,18 @@
 #
 #   tools/device/gpu-run.sh BIN_DIR OUT_DIR [MODEL.gguf]
 #
-# BIN_DIR holds `plumb` and the test binaries of `cargo test --release -p plumb-backend-cuda
-# --no-run`, named compile, conformance, row_invariance, graphs (tools/device/stage.sh copies them).
-# Without MODEL only the tests run. PHASES (default "env tests check bench") picks phases;
+# BIN_DIR holds `plumb` and the test binaries tools/device/stage.sh copies: the CUDA backend's
+# (compile, conformance, row_invariance, graphs, pick, memory), the engine's GPU tests
+# (lanes_parity_cuda, picks_cuda, drafts_cuda) and the server's (server_*, built to serve on the
+# GPU). Without MODEL (the default model's .gguf) only the backend's tests run.
+# PHASES (default "env tests parity check bench") picks phases;
 # CHECK_ARGS adds arguments to plumb check (e.g. --quick). Run it from the repository root, so
 # plumb check finds fixtures/smollm2. Exit status: non-zero if any phase failed.
 set -uo pipefail
 BIN=${1:?usage: gpu-run.sh BIN_DIR OUT_DIR [MODEL.gguf]}
 OUT=${2:?usage: gpu-run.sh BIN_DIR OUT_DIR [MODEL.gguf]}
 MODEL=${3:-}
-PHASES=${PHASES:-env tests check bench}
+PHASES=${PHASES:-env tests parity check bench}
 mkdir -p "$OUT"
 export PLUMB_HOME=${PLUMB_HOME:-$(mktemp -d /tmp/plumb-home.XXXX)}
 # NVRTC is loaded at run time: make the toolkit's copy findable wherever it is installed.
@@ -40,13 +42,28 @@ fi
 
 if has tests; then
     phase tests
-    for t in compile conformance row_invariance graphs; do
+    for t in compile conformance row_invariance graphs pick memory; do
         echo "-- $t"
         SECONDS=0
         if ! "$BIN/$t" --nocapture --test-threads 1; then status=1; echo "FAILED: $t"; fi
         echo "-- $t took ${SECONDS}s"
     done 2>&1 | tee "$OUT/tests.log"
     grep -q '^FAILED' "$OUT/tests.log" && status=1
+fi
+
+if [ -n "$MODEL" ] && has parity; then
+    phase parity
+    # The engine's and server's tests find the default model in plumb's cache.
+    mkdir -p "$PLUMB_HOME/models"
+    ln -sf "$(realpath "$MODEL")" "$PLUMB_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    for t in lanes_parity_cuda picks_cuda drafts_cuda server_errors server_load server_model_defaults server_fuzz_json; do
+        [ -x "$BIN/$t" ] || { echo "FAILED: $t is not staged"; continue; }
+        echo "-- $t"
+        SECONDS=0
+        if ! "$BIN/$t" --test-threads 1; then status=1; echo "FAILED: $t"; fi
+        echo "-- $t took ${SECONDS}s"
+    done 2>&1 | tee "$OUT/parity.log"
+    grep -q '^FAILED' "$OUT/parity.log" && status=1
 fi
 
 if [ -n "$MODEL" ] && has check; then

@@ -1,8 +1,8 @@
-//! Shared by the server's tests: the real server on an ephemeral port (default model, CPU), and
-//! the engine's direct answer to the same request, to compare against.
+//! Shared by the server's tests: the real server on an ephemeral port (default model, on the CPU,
+//! or on GPU 0 when built with the `cuda-tests` feature), and the engine's direct answer to the
+//! same request, to compare against.
 #![allow(dead_code)]
 
-use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
 use plumb_checkpoint::ModelConfig;
 use plumb_checkpoint::source::{DEFAULT_MODEL, NoProgress, ensure_model, plumb_home};
@@ -61,28 +61,44 @@ impl Default for Opts {
     }
 }
 
-/// A model that panics on `POISON`, to prove a fault fails only its own requests.
-struct Faulty(Box<dyn CausalLm<CpuBackend>>);
+/// The backend the tests serve on.
+#[cfg(not(feature = "cuda-tests"))]
+pub type Dev = plumb_backend_cpu::CpuBackend;
+#[cfg(feature = "cuda-tests")]
+pub type Dev = plumb_backend_cuda::CudaBackend;
 
-impl CausalLm<CpuBackend> for Faulty {
+#[cfg(not(feature = "cuda-tests"))]
+fn open_backend() -> Dev {
+    Dev::new(0)
+}
+
+#[cfg(feature = "cuda-tests")]
+fn open_backend() -> Dev {
+    Dev::new(0).unwrap_or_else(|e| panic!("the server's GPU tests need a GPU: {e}"))
+}
+
+/// A model that panics on `POISON`, to prove a fault fails only its own requests.
+struct Faulty(Box<dyn CausalLm<Dev>>);
+
+impl CausalLm<Dev> for Faulty {
     fn config(&self) -> &ModelConfig {
         self.0.config()
     }
     fn forward(
         &self,
-        backend: &CpuBackend,
+        backend: &Dev,
         batch: &ForwardBatch,
-        kv: &mut <CpuBackend as Backend>::KvCache,
-        trace: Option<Trace<'_, CpuBackend>>,
-    ) -> <CpuBackend as Backend>::Tensor {
+        kv: &mut <Dev as Backend>::KvCache,
+        trace: Option<Trace<'_, Dev>>,
+    ) -> <Dev as Backend>::Tensor {
         assert!(!batch.token_ids.contains(&POISON), "injected fault: poisoned token in the batch");
         self.0.forward(backend, batch, kv, trace)
     }
 }
 
-pub fn engine(lanes: usize, kv_tokens: usize, faulty: bool, ctx: usize) -> Engine<CpuBackend> {
+pub fn engine(lanes: usize, kv_tokens: usize, faulty: bool, ctx: usize) -> Engine<Dev> {
     let file = default_model();
-    let backend = CpuBackend::new(0);
+    let backend = open_backend();
     let mut model = plumb_models::load_model(&file, &backend).unwrap();
     if faulty {
         model = Box::new(Faulty(model));
