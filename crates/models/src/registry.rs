@@ -80,6 +80,9 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // Real widths (Qwen3-0.6B, 8 of its 28 layers, random weights from `plumb synth`); the
     // family's agreement with transformers is fixtures/qwen3's (float64 graph 1e-14).
     ("qwen3", "cpu", "receipts/check-cpu-qwen3-synth-0.6b-l8.json"),
+    // The same shape in bf16 on the H200's tensor cores (declared bf16 activations, gated at that
+    // precision).
+    ("qwen3", "cuda", "receipts/check-cuda-qwen3-synth-0.6b-l8.json"),
     // Real widths (the `qwen3-moe-1.6b` preset: 64 experts, top-8, expert FFN 256; 8 of its 24
     // layers, random weights from `plumb synth`); the family's agreement with transformers is
     // fixtures/qwen3_moe's.
