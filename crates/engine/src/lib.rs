@@ -23,7 +23,7 @@ pub use draft::{DraftQuery, DraftStats, NgramConfig, NgramProposer, Proposer};
 pub use draft_model::{DraftModelConfig, DraftModelError, ModelProposer};
 pub use handle::{EngineHandle, EngineStats, Event, HandleError, RequestStream};
 pub use output::{StepOutput, TokenLogprobs};
-pub use plumb_scheduler::FinishReason;
+pub use plumb_scheduler::{FinishReason, StateSnapshots};
 
 /// A generation request, in tokens.
 #[derive(Clone, Debug)]
@@ -102,15 +102,38 @@ pub struct Engine<B: FullBackend> {
 
 impl<B: FullBackend> Engine<B> {
     /// An engine over `model`. A model with per-lane state (linear attention) gets a state slot
-    /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`); it cannot resume from prefix-cache blocks (its state is not in them and is not
-    /// snapshotted), so the prefix cache is turned off for it — check `scheduler_config()`.
-    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, mut config: SchedulerConfig) -> Self {
-        let spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
-        if spec.lane_state.num_layers > 0 {
+    /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`), and the
+    /// default snapshot pool of [`StateSnapshots::for_lanes`]; see [`Engine::with_snapshots`].
+    pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
+        let snapshots = StateSnapshots::for_lanes(config.max_lanes);
+        Self::with_snapshots(backend, model, config, snapshots)
+    }
+
+    /// `new` with the prefix cache's lane-state snapshots as `snapshots` says. A model with
+    /// per-lane state resumes from a prefix-cache hit only through a snapshot of its state at
+    /// the hit's last block (allocated beside the KV cache, through the backend). Where the
+    /// model does not declare its state snapshot-exact (`CausalLm::lane_state_snapshots`), the
+    /// backend has no `LaneStateOps`, or `snapshots` has no slots, the prefix cache is turned
+    /// off for it instead — check `scheduler_config()` — never a resume from a wrong state.
+    pub fn with_snapshots(
+        backend: B,
+        model: Box<dyn CausalLm<B>>,
+        mut config: SchedulerConfig,
+        snapshots: StateSnapshots,
+    ) -> Self {
+        let mut spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
+        let has_state = spec.lane_state.num_layers > 0;
+        let can_snapshot = model.lane_state_snapshots() && backend.lane_state_ops().is_some();
+        let snapshotted = has_state && config.enable_prefix_cache && can_snapshot && snapshots.num_snapshots > 0;
+        if has_state && !snapshotted {
             config.enable_prefix_cache = false;
         }
+        let mut scheduler = Scheduler::new(config);
+        if snapshotted {
+            spec.lane_state.num_snapshots = snapshots.num_snapshots;
+            scheduler = scheduler.with_state_snapshots(snapshots);
+        }
         let kv = backend.new_kv_cache(&spec);
-        let scheduler = Scheduler::new(config);
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
         Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats }
     }
@@ -210,6 +233,7 @@ impl<B: FullBackend> Engine<B> {
             return Vec::new();
         }
         let batch = runner::build_batch(&plan, &self.scheduler);
+        runner::restore_lane_states(&self.backend, &mut self.kv, &plan, &batch);
         let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
         let (kept, extras) = self.sample(&plan, &logits);
         self.observe_drafts(&plan, &kept);

@@ -176,6 +176,10 @@ impl<B: FullBackend> CausalLm<B> for Qwen3_5<B> {
         self.decoder.kv_spec_for_lanes(block_size, num_blocks, num_lanes)
     }
 
+    fn lane_state_snapshots(&self) -> bool {
+        self.decoder.lane_state_snapshots()
+    }
+
     fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, trace: Option<Trace<'_, B>>) -> B::Tensor {
         self.decoder.forward(b, batch, kv, trace)
     }

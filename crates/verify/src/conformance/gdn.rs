@@ -109,6 +109,7 @@ fn stateful_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Ops<'_, B>, rng: &mut Rn
         num_slots: 2,
         conv_floats: (taps - 1) * c,
         recurrent_floats: heads.state_floats(),
+        num_snapshots: 0,
     };
     let spec = KvSpec { num_layers: 0, num_kv_heads: 1, head_dim: 16, block_size: 16, num_blocks: 2, lane_state };
     let (mut kv, mut kv_r) = (p.b.new_kv_cache(&spec), p.r.new_kv_cache(&spec));
