@@ -42,6 +42,12 @@ impl<T: Copy + Default> LaneStateStore<T> {
         }
     }
 
+    /// Bytes its buffers hold (capacity, as allocated): lane and snapshot slots of every layer.
+    pub fn allocated_bytes(&self) -> usize {
+        let floats: usize = self.conv.iter().chain(&self.recurrent).map(Vec::capacity).sum();
+        floats * std::mem::size_of::<T>()
+    }
+
     /// The state of `slot` in `layer` that a run of `num_rows` tokens from `first_pos` is about to
     /// update: zeroed when `first_pos` is 0, otherwise it must hold exactly `first_pos` tokens.
     /// Records the run as absorbed.

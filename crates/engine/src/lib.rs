@@ -13,7 +13,7 @@ mod output;
 mod runner;
 mod score;
 
-use plumb_core::{FullBackend, Shape};
+use plumb_core::{FullBackend, KvSpec, Shape};
 use plumb_models::CausalLm;
 use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
@@ -93,6 +93,8 @@ pub struct Engine<B: FullBackend> {
     backend: B,
     model: Box<dyn CausalLm<B>>,
     kv: B::KvCache,
+    /// The geometry `kv` was allocated with.
+    kv_spec: KvSpec,
     scheduler: Scheduler,
     requests: HashMap<SeqId, RequestState>,
     next_id: u64,
@@ -135,7 +137,7 @@ impl<B: FullBackend> Engine<B> {
         }
         let kv = backend.new_kv_cache(&spec);
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
-        Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats }
+        Engine { backend, model, kv, kv_spec: spec, scheduler, requests, next_id: 0, proposer: None, draft_stats }
     }
 
     /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
@@ -155,6 +157,17 @@ impl<B: FullBackend> Engine<B> {
     /// Draft counters since start (all zero without a proposer).
     pub fn draft_stats(&self) -> DraftStats {
         self.draft_stats.clone()
+    }
+
+    /// The KV cache's geometry as allocated: paged K/V for the attention layers only, and the
+    /// lane-state slots (one per lane, one for scoring) and snapshot slots of a state model.
+    pub fn kv_spec(&self) -> &KvSpec {
+        &self.kv_spec
+    }
+
+    /// The KV cache (a backend's own type: tests measure what it allocated).
+    pub fn kv_cache(&self) -> &B::KvCache {
+        &self.kv
     }
 
     pub fn model(&self) -> &dyn CausalLm<B> {

@@ -21,6 +21,8 @@ pub use snapshot_pool::StateSnapshots;
 mod scheduler_props;
 #[cfg(test)]
 mod scheduler_tests;
+#[cfg(test)]
+mod snapshot_tests;
 
 /// Limits of one engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
