@@ -62,7 +62,8 @@ fn kv_only_for_full_attention_and_a_long_requests_state_stays_constant() {
     assert_eq!(kv.lane_state.allocated_bytes(), spec.lane_state.total_bytes());
     assert_eq!(spec.lane_state.num_slots, BASE.max_lanes + 1, "a slot per lane and one for scoring");
 
-    let req = Request::new(prompt(100, 3), SamplingParams { temperature: 1.0, seed: 9, ..Default::default() }, 800, vec![]);
+    let req =
+        Request::new(prompt(100, 3), SamplingParams { temperature: 1.0, seed: 9, ..Default::default() }, 800, vec![]);
     let id = e.add_request(req).unwrap();
     // Steps until the request has `n` tokens computed: (live heap bytes, KV blocks in use).
     let at = |e: &mut Engine<CpuBackend>, n: usize| {
@@ -74,7 +75,9 @@ fn kv_only_for_full_attention_and_a_long_requests_state_stays_constant() {
     let (live_150, blocks_150) = at(&mut e, 150);
     let (live_850, blocks_850) = at(&mut e, 850);
     let grown = live_850 - live_150;
-    eprintln!("live heap {live_150} B at context 150, {live_850} B at 850 (+{grown}); KV blocks {blocks_150} → {blocks_850}");
+    eprintln!(
+        "live heap {live_150} B at context 150, {live_850} B at 850 (+{grown}); KV blocks {blocks_150} → {blocks_850}"
+    );
     // The attention layer's KV grows 700 positions (44 blocks of 16, 358 KB of its buffer);
     // the linear-attention state must not: three layers' worth of per-token memory would be
     // 3 × 512 B × 700 = 1 MB. What may grow is bookkeeping (the token list: 4 B per token).
