@@ -34,6 +34,11 @@ impl CpuKvCache {
         }
     }
 
+    /// Bytes its K/V buffers hold, as allocated (all layers, all blocks).
+    pub fn kv_allocated_bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Vec::capacity).sum::<usize>() * 4
+    }
+
     fn slot_len(&self) -> usize {
         self.spec.num_kv_heads * self.spec.head_dim
     }

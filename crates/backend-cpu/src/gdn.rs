@@ -10,7 +10,7 @@
 //! token-by-token == resumed, bit for bit. Heads run on separate threads: each owns its state.
 
 use crate::{CpuBackend, CpuKvCache, CpuTensor, CpuWeight, SharedOut, elementwise, pool};
-use plumb_core::{ForwardBatch, GatedDeltaOps, GdnHeads, StatePart, lane_runs};
+use plumb_core::{ForwardBatch, GatedDeltaOps, GdnHeads, LaneStateOps, StatePart, lane_runs};
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -149,6 +149,7 @@ impl GatedDeltaOps for CpuBackend {
                 }
             }
             state.copy_from_slice(&window[window.len() - (taps - 1) * c..]);
+            kv.lane_state.finish_run(StatePart::Conv, layer, &run);
         }
     }
 
@@ -197,6 +198,17 @@ impl GatedDeltaOps for CpuBackend {
                     }
                 }
             });
+            kv.lane_state.finish_run(StatePart::Recurrent, layer, &run);
         }
+    }
+}
+
+impl LaneStateOps for CpuBackend {
+    fn save_lane_state(&self, kv: &mut CpuKvCache, slot: usize, snapshot: usize) {
+        kv.lane_state.save(slot, snapshot);
+    }
+
+    fn restore_lane_state(&self, kv: &mut CpuKvCache, snapshot: usize, slot: usize) {
+        kv.lane_state.restore(snapshot, slot);
     }
 }

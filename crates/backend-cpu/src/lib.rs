@@ -20,7 +20,7 @@ pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
     AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, HostBytes, KvSpec,
-    LinearOps, MoeOps, RopeOps, Shape, WeightSource,
+    LaneStateOps, LinearOps, MoeOps, RopeOps, Shape, WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -220,6 +220,12 @@ impl Backend for CpuBackend {
     fn gated_delta_ops(
         &self,
     ) -> Option<&dyn GatedDeltaOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
+    }
+
+    fn lane_state_ops(
+        &self,
+    ) -> Option<&dyn LaneStateOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
         Some(self)
     }
 }

@@ -3,7 +3,7 @@
 //! `plumb_core::GatedDeltaOps`). The lane state lives in the KV cache's `LaneStateStore`.
 
 use crate::{RefBackend, RefFloat, RefKvCache, RefTensor, dot};
-use plumb_core::{ForwardBatch, GatedDeltaOps, GdnHeads, StatePart, lane_runs};
+use plumb_core::{ForwardBatch, GatedDeltaOps, GdnHeads, LaneStateOps, StatePart, lane_runs};
 
 fn sigmoid<T: RefFloat>(x: T) -> T {
     T::one() / (T::one() + (T::zero() - x).exp())
@@ -121,6 +121,7 @@ impl<T: RefFloat> GatedDeltaOps for RefBackend<T> {
                 }
             }
             state.copy_from_slice(&window[window.len() - (taps - 1) * c..]);
+            kv.lane_state.finish_run(StatePart::Conv, layer, &run);
         }
     }
 
@@ -180,6 +181,17 @@ impl<T: RefFloat> GatedDeltaOps for RefBackend<T> {
                     }
                 }
             }
+            kv.lane_state.finish_run(StatePart::Recurrent, layer, &run);
         }
+    }
+}
+
+impl<T: RefFloat> LaneStateOps for RefBackend<T> {
+    fn save_lane_state(&self, kv: &mut RefKvCache<T>, slot: usize, snapshot: usize) {
+        kv.lane_state.save(slot, snapshot);
+    }
+
+    fn restore_lane_state(&self, kv: &mut RefKvCache<T>, snapshot: usize, slot: usize) {
+        kv.lane_state.restore(snapshot, slot);
     }
 }

@@ -13,8 +13,8 @@ mod moe;
 pub use float::RefFloat;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, KvSpec, LaneStateStore,
-    LinearInputs, LinearOps, MoeOps, RopeOps, Shape, WeightSource, dequantize,
+    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, KvSpec, LaneStateOps,
+    LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps, Shape, WeightSource, dequantize,
 };
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -135,6 +135,12 @@ impl<T: RefFloat> Backend for RefBackend<T> {
     fn gated_delta_ops(
         &self,
     ) -> Option<&dyn GatedDeltaOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
+        Some(self)
+    }
+
+    fn lane_state_ops(
+        &self,
+    ) -> Option<&dyn LaneStateOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
         Some(self)
     }
 }

@@ -42,6 +42,20 @@ struct Report {
     /// Mixture-of-experts checkpoints only.
     #[serde(skip_serializing_if = "Option::is_none")]
     experts: Option<ExpertsReport>,
+    /// What serving it holds per token and per sequence.
+    memory: MemoryReport,
+}
+
+/// The KV cache grows with the context in the attention layers only; the linear-attention
+/// layers of a hybrid model hold a fixed-size state per sequence instead.
+#[derive(Serialize)]
+struct MemoryReport {
+    kv_layers: usize,
+    /// K and V of every attention layer, f32.
+    kv_bytes_per_token: usize,
+    state_layers: usize,
+    /// Conv and recurrent state of every linear-attention layer, f32; constant in the context.
+    state_bytes_per_sequence: usize,
 }
 
 /// What a GGUF file holds.
@@ -83,6 +97,13 @@ fn report_hf(h: &HfCheckpoint) -> Result<Report> {
 fn common(checkpoint: CheckpointRef<'_>, tensor_types: BTreeMap<String, TensorTypeCount>) -> Result<Report> {
     let config = checkpoint.config()?;
     let experts = crate::inspect_moe::experts(checkpoint, &config)?;
+    let kv = plumb_models::registry::kv_layout(checkpoint)?;
+    let memory = MemoryReport {
+        kv_layers: kv.num_layers,
+        kv_bytes_per_token: kv.bytes_per_position(),
+        state_layers: kv.lane_state.num_layers,
+        state_bytes_per_sequence: kv.lane_state.bytes_per_slot(),
+    };
     let tok = load::checkpoint_tokenizer(checkpoint)?;
     let spec = tok.spec();
     let mut special_tokens = Vec::new();
@@ -113,6 +134,7 @@ fn common(checkpoint: CheckpointRef<'_>, tensor_types: BTreeMap<String, TensorTy
         special_tokens,
         has_chat_template: spec.chat_template.is_some(),
         experts,
+        memory,
     })
 }
 
@@ -207,6 +229,19 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
             x.expert_params as f64 / 1e6,
             mb(x.expert_bytes),
             mb(x.active_expert_bytes)
+        );
+    }
+    let m = &r.memory;
+    println!(
+        "{:<16} {} bytes per token (K and V of {} attention layers, f32)",
+        "kv cache", m.kv_bytes_per_token, m.kv_layers
+    );
+    if m.state_layers > 0 {
+        println!(
+            "{:<16} {:.1} KiB per sequence in {} linear-attention layers, constant in the context length",
+            "lane state",
+            m.state_bytes_per_sequence as f64 / 1024.0,
+            m.state_layers
         );
     }
     let specials: Vec<String> =

@@ -264,16 +264,24 @@ impl<B: OpenBackend> Session<B> {
             start.elapsed().as_secs_f64(),
             engine.backend().name()
         );
-        let spec = engine.model().kv_spec_for_lanes(BLOCK_SIZE, 1, 1);
+        let spec = *engine.kv_spec();
         if spec.lane_state.num_layers > 0 {
             // Linear-attention layers: a fixed state per lane instead of KV that grows.
+            let state = spec.lane_state;
+            let cache = match (engine.scheduler_config().enable_prefix_cache, state.num_snapshots) {
+                (true, n) => format!(
+                    "prefix cache resumes from lane-state snapshots ({n} slots, {:.1} MiB)",
+                    (n * state.bytes_per_slot()) as f64 / (1024.0 * 1024.0)
+                ),
+                (false, _) => "prefix cache off (this model or backend cannot snapshot lane state)".into(),
+            };
             eprintln!(
                 "lane state: {:.1} KiB per lane in {} linear-attention layers, constant in the context length; \
-                 KV for the other {} layers ({} bytes per token); prefix cache off",
-                spec.lane_state.bytes_per_slot() as f64 / 1024.0,
-                spec.lane_state.num_layers,
+                 KV only for the other {} layers ({} bytes per token); {cache}",
+                state.bytes_per_slot() as f64 / 1024.0,
+                state.num_layers,
                 spec.num_layers,
-                spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * 4,
+                spec.bytes_per_position(),
             );
         }
         Ok(Session { path: path.to_path_buf(), tokenizer, template, sampling, engine })

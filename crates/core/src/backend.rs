@@ -135,6 +135,25 @@ pub trait Backend: Send + Sync {
     ) -> Option<&dyn GatedDeltaOps<Tensor = Self::Tensor, Weight = Self::Weight, KvCache = Self::KvCache>> {
         None
     }
+    /// Snapshots of per-lane state for the prefix cache, where this backend keeps them. A
+    /// backend that returns `Some` also honours `ForwardBatch::state_snapshots` in every
+    /// stateful op; without it, the engine runs state models with the prefix cache off.
+    fn lane_state_ops(
+        &self,
+    ) -> Option<&dyn LaneStateOps<Tensor = Self::Tensor, Weight = Self::Weight, KvCache = Self::KvCache>> {
+        None
+    }
+}
+
+/// Copies of a lane's whole state (every state layer and part, with the token count it has
+/// absorbed) between its lane slot and a snapshot slot of the same KV cache
+/// (`LaneStateSpec::num_snapshots`): device memory stays on the device. Exact copies, so a lane
+/// restored from a snapshot continues bit for bit as the lane the snapshot was taken from.
+pub trait LaneStateOps: Backend {
+    /// Snapshot slot `snapshot` := lane slot `slot`.
+    fn save_lane_state(&self, kv: &mut Self::KvCache, slot: usize, snapshot: usize);
+    /// Lane slot `slot` := snapshot slot `snapshot`; the lane continues at its token count.
+    fn restore_lane_state(&self, kv: &mut Self::KvCache, snapshot: usize, slot: usize);
 }
 
 /// Matrix products and lookups over any weight format.
@@ -320,6 +339,9 @@ impl GdnHeads {
 /// conformance case for each.
 pub const GATED_DELTA_OPS: [&str; 6] =
     ["rms_norm_1p", "rms_norm_gated", "sigmoid_mul", "gdn_gates", "conv1d_silu", "gated_delta_rule"];
+
+/// The ops of `LaneStateOps`.
+pub const LANE_STATE_OPS: [&str; 2] = ["save_lane_state", "restore_lane_state"];
 
 /// The ops of `MoeOps`; a backend whose `moe_ops` is `Some` must pass a conformance case for each.
 pub const MOE_OPS: [&str; 2] = ["router_topk", "moe_combine"];

@@ -22,22 +22,41 @@ pub struct KvSpec {
 /// DeltaNet): for each of `num_layers` state layers and each of `num_slots` slots, a convolution
 /// state of `conv_floats` and a recurrent state of `recurrent_floats`. A slot belongs to one lane
 /// at a time (`ForwardBatch::state_slots`); it cannot be split into blocks or shared.
+/// Beside the lane slots, `num_snapshots` snapshot slots of the same layout hold copies of a
+/// lane's state at a block boundary for the prefix cache (`ForwardBatch::state_snapshots`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaneStateSpec {
     pub num_layers: usize,
     pub num_slots: usize,
     pub conv_floats: usize,
     pub recurrent_floats: usize,
+    /// Prefix-cache snapshot slots (0: the state is never snapshotted).
+    pub num_snapshots: usize,
 }
 
 impl LaneStateSpec {
     /// No lane state (attention-only models).
-    pub const NONE: LaneStateSpec = LaneStateSpec { num_layers: 0, num_slots: 0, conv_floats: 0, recurrent_floats: 0 };
+    pub const NONE: LaneStateSpec =
+        LaneStateSpec { num_layers: 0, num_slots: 0, conv_floats: 0, recurrent_floats: 0, num_snapshots: 0 };
 
     /// Bytes one slot takes across all state layers, in f32: constant in the sequence length.
     pub fn bytes_per_slot(&self) -> usize {
         self.num_layers * (self.conv_floats + self.recurrent_floats) * 4
     }
+
+    /// Bytes of every lane slot and snapshot slot together: what a backend allocates for it.
+    pub fn total_bytes(&self) -> usize {
+        (self.num_slots + self.num_snapshots) * self.bytes_per_slot()
+    }
+}
+
+/// Save lane `lane`'s state into snapshot slot `snapshot` at the moment it has absorbed exactly
+/// `num_tokens` tokens (a block boundary inside or at the end of the lane's rows of this step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateSnapshot {
+    pub lane: u32,
+    pub num_tokens: u32,
+    pub snapshot: u32,
 }
 
 impl KvSpec {
@@ -70,6 +89,9 @@ pub struct ForwardBatch {
     /// A lane whose first row here is at position 0 starts from zero state; any other first row
     /// must continue exactly where its slot's state left off (the backend checks).
     pub state_slots: Vec<u32>,
+    /// Snapshots of lane state to take during the step, at most one per (lane, `num_tokens`);
+    /// empty unless the model's lane state is snapshotted (the prefix cache of state models).
+    pub state_snapshots: Vec<StateSnapshot>,
     /// Rows whose logits are wanted, in output order.
     pub logits_rows: Vec<u32>,
     pub block_size: usize,
@@ -134,6 +156,15 @@ impl ForwardBatch {
         }
         if let Some((i, s)) = self.state_slots.iter().enumerate().find(|(i, s)| self.state_slots[..*i].contains(s)) {
             return Err(format!("lanes {i} and another share state slot {s}"));
+        }
+        for s in &self.state_snapshots {
+            let lane = s.lane as usize;
+            let positions = (0..n).filter(|&r| self.row_lane[r] as usize == lane).map(|r| self.positions[r]);
+            let (first, last) = (positions.clone().min(), positions.max());
+            let inside = first.zip(last).is_some_and(|(f, l)| f < s.num_tokens && s.num_tokens <= l + 1);
+            if lane >= self.state_slots.len() || !inside {
+                return Err(format!("state snapshot {s:?} is not inside its lane's rows"));
+            }
         }
         if let Some(&r) = self.logits_rows.iter().find(|&&r| r as usize >= n) {
             return Err(format!("logits row {r} is out of range"));

@@ -13,9 +13,10 @@ pub mod quant;
 
 pub use backend::{
     AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps,
-    GdnHeads, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, Shape, WeightSource,
+    GdnHeads, LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, Shape,
+    WeightSource,
 };
-pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView};
+pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView, StateSnapshot};
 pub use bytes::HostBytes;
 pub use dtype::{GgmlType, TypeInfo};
 pub use lane_state::{LaneRun, LaneStateStore, StatePart, lane_runs};

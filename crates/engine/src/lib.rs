@@ -13,7 +13,7 @@ mod output;
 mod runner;
 mod score;
 
-use plumb_core::{FullBackend, PickRow, Picked, Shape};
+use plumb_core::{FullBackend, KvSpec, PickRow, Picked, Shape};
 use plumb_models::CausalLm;
 use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
@@ -23,7 +23,7 @@ pub use draft::{DraftQuery, DraftStats, NgramConfig, NgramProposer, Proposer};
 pub use draft_model::{DraftModelConfig, DraftModelError, ModelProposer};
 pub use handle::{EngineHandle, EngineStats, Event, HandleError, RequestStream};
 pub use output::{StepOutput, TokenLogprobs};
-pub use plumb_scheduler::FinishReason;
+pub use plumb_scheduler::{FinishReason, StateSnapshots};
 
 /// A generation request, in tokens.
 #[derive(Clone, Debug)]
@@ -96,6 +96,8 @@ pub struct Engine<B: FullBackend> {
     backend: B,
     model: Box<dyn CausalLm<B>>,
     kv: B::KvCache,
+    /// The geometry `kv` was allocated with.
+    kv_spec: KvSpec,
     scheduler: Scheduler,
     requests: HashMap<SeqId, RequestState>,
     next_id: u64,
@@ -105,22 +107,45 @@ pub struct Engine<B: FullBackend> {
 
 impl<B: FullBackend> Engine<B> {
     /// An engine over `model`. A model with per-lane state (linear attention) gets a state slot
-    /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`); it cannot resume from prefix-cache blocks (its state is not in them and is not
-    /// snapshotted), so the prefix cache is turned off for it — check `scheduler_config()`.
+    /// per lane (the scheduler's lane slots) plus one for scoring (`logits_all`), and the
+    /// default snapshot pool of [`StateSnapshots::for_lanes`]; see [`Engine::with_snapshots`].
     pub fn new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Self {
         Self::try_new(backend, model, config).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `new`, with a KV cache the backend cannot hold (out of device memory) as an error.
-    pub fn try_new(backend: B, model: Box<dyn CausalLm<B>>, mut config: SchedulerConfig) -> Result<Self, EngineError> {
-        let spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
-        if spec.lane_state.num_layers > 0 {
+    pub fn try_new(backend: B, model: Box<dyn CausalLm<B>>, config: SchedulerConfig) -> Result<Self, EngineError> {
+        let snapshots = StateSnapshots::for_lanes(config.max_lanes);
+        Self::with_snapshots(backend, model, config, snapshots)
+    }
+
+    /// `try_new` with the prefix cache's lane-state snapshots as `snapshots` says. A model with
+    /// per-lane state resumes from a prefix-cache hit only through a snapshot of its state at
+    /// the hit's last block (allocated beside the KV cache, through the backend). Where the
+    /// model does not declare its state snapshot-exact (`CausalLm::lane_state_snapshots`), the
+    /// backend has no `LaneStateOps`, or `snapshots` has no slots, the prefix cache is turned
+    /// off for it instead — check `scheduler_config()` — never a resume from a wrong state.
+    pub fn with_snapshots(
+        backend: B,
+        model: Box<dyn CausalLm<B>>,
+        mut config: SchedulerConfig,
+        snapshots: StateSnapshots,
+    ) -> Result<Self, EngineError> {
+        let mut spec = model.kv_spec_for_lanes(config.block_size, config.num_blocks, config.max_lanes + 1);
+        let has_state = spec.lane_state.num_layers > 0;
+        let can_snapshot = model.lane_state_snapshots() && backend.lane_state_ops().is_some();
+        let snapshotted = has_state && config.enable_prefix_cache && can_snapshot && snapshots.num_snapshots > 0;
+        if has_state && !snapshotted {
             config.enable_prefix_cache = false;
         }
+        let mut scheduler = Scheduler::new(config);
+        if snapshotted {
+            spec.lane_state.num_snapshots = snapshots.num_snapshots;
+            scheduler = scheduler.with_state_snapshots(snapshots);
+        }
         let kv = backend.try_new_kv_cache(&spec).map_err(|e| EngineError::Backend(e.to_string()))?;
-        let scheduler = Scheduler::new(config);
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
-        Ok(Engine { backend, model, kv, scheduler, requests, next_id: 0, proposer: None, draft_stats })
+        Ok(Engine { backend, model, kv, kv_spec: spec, scheduler, requests, next_id: 0, proposer: None, draft_stats })
     }
 
     /// Drafts tokens with `proposer` from now on (None: plain decoding). Results are the same
@@ -140,6 +165,17 @@ impl<B: FullBackend> Engine<B> {
     /// Draft counters since start (all zero without a proposer).
     pub fn draft_stats(&self) -> DraftStats {
         self.draft_stats.clone()
+    }
+
+    /// The KV cache's geometry as allocated: paged K/V for the attention layers only, and the
+    /// lane-state slots (one per lane, one for scoring) and snapshot slots of a state model.
+    pub fn kv_spec(&self) -> &KvSpec {
+        &self.kv_spec
+    }
+
+    /// The KV cache (a backend's own type: tests measure what it allocated).
+    pub fn kv_cache(&self) -> &B::KvCache {
+        &self.kv
     }
 
     pub fn model(&self) -> &dyn CausalLm<B> {
@@ -218,6 +254,7 @@ impl<B: FullBackend> Engine<B> {
             return Vec::new();
         }
         let batch = runner::build_batch(&plan, &self.scheduler);
+        runner::restore_lane_states(&self.backend, &mut self.kv, &plan, &batch);
         let logits = self.model.forward(&self.backend, &batch, &mut self.kv, None);
         let (kept, extras) = self.sample(&plan, logits);
         self.observe_drafts(&plan, &kept);

@@ -1,6 +1,7 @@
-//! The runner: turns a step plan into the `ForwardBatch` the model consumes.
+//! The runner: turns a step plan into the `ForwardBatch` the model consumes, and restores the
+//! lane state of lanes that resume from a prefix-cache snapshot.
 
-use plumb_core::{ForwardBatch, LaneView};
+use plumb_core::{Backend, ForwardBatch, LaneView, StateSnapshot};
 use plumb_scheduler::{Scheduler, StepPlan};
 
 /// Rows for every planned token and draft, one lane per plan item, logits for each sampling
@@ -12,6 +13,9 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
         let seq = scheduler.get(item.seq_id).expect("planned sequences are known");
         batch.lanes.push(LaneView { block_table: seq.block_table().to_vec() });
         batch.state_slots.push(seq.lane_slot().expect("planned sequences are running"));
+        for &(num_tokens, snapshot) in &item.snapshots {
+            batch.state_snapshots.push(StateSnapshot { lane: lane as u32, num_tokens: num_tokens as u32, snapshot });
+        }
         for pos in item.start..item.end {
             batch.push_row(lane, seq.tokens()[pos], pos);
         }
@@ -31,4 +35,16 @@ pub fn build_batch(plan: &StepPlan, scheduler: &Scheduler) -> ForwardBatch {
         panic!("the runner built an invalid batch (a scheduler bug): {e}");
     }
     batch
+}
+
+/// Copies each resuming lane's snapshot into its lane slot, before the step runs (so a snapshot
+/// slot that the same step overwrites is read first). `batch` is the plan's batch: lane i is
+/// plan item i.
+pub fn restore_lane_states<B: Backend>(backend: &B, kv: &mut B::KvCache, plan: &StepPlan, batch: &ForwardBatch) {
+    for (item, &slot) in plan.items.iter().zip(&batch.state_slots) {
+        if let Some(snapshot) = item.restore {
+            let ops = backend.lane_state_ops().expect("the engine snapshots lane state only with LaneStateOps");
+            ops.restore_lane_state(kv, snapshot as usize, slot as usize);
+        }
+    }
 }

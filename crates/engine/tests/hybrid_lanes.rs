@@ -2,69 +2,17 @@
 //! each lane's Gated DeltaNet state lives in the lane's state slot, so results do not depend on
 //! what else runs (8 requests together == each alone), on chunking (1, 3, 64, whole), on
 //! preemption and recompute, or on scoring running beside requests — exact equality of tokens
-//! and logits bits. The prefix cache cannot resume such a model (its state is not in the
-//! blocks), so the engine turns it off, and a second turn equals a fresh computation.
+//! and logits bits. Prefix-cache resumption from state snapshots is hybrid_prefix_cache.rs.
 
+#[path = "support/hybrid.rs"]
+mod hybrid;
+
+use hybrid::{BASE, Setup, Trace, engine, prompt, run};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::HfCheckpoint;
-use plumb_engine::{Engine, Request};
+use plumb_engine::Request;
 use plumb_sampling::SamplingParams;
-use plumb_scheduler::{SchedulerConfig, SeqId};
 use std::path::PathBuf;
-
-struct Setup {
-    max_batch_tokens: usize,
-    max_lanes: usize,
-    num_blocks: usize,
-}
-
-const BASE: Setup = Setup { max_batch_tokens: 64, max_lanes: 8, num_blocks: 128 };
-
-fn engine(s: &Setup) -> Engine<CpuBackend> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen3_5/hf");
-    let backend = CpuBackend::new(2);
-    let model = plumb_models::load_model_with(&HfCheckpoint::open(dir).unwrap(), &backend, None).unwrap();
-    let config = SchedulerConfig {
-        block_size: 16,
-        num_blocks: s.num_blocks,
-        max_lanes: s.max_lanes,
-        max_batch_tokens: s.max_batch_tokens,
-        max_model_len: 1024,
-        max_waiting: 64,
-        enable_prefix_cache: true,
-    };
-    Engine::new(backend, model, config)
-}
-
-/// Tokens and the bits of every logits row they were sampled from.
-type Trace = (Vec<u32>, Vec<Vec<u32>>);
-
-/// Runs every request, request i submitted before step `arrive[i]`.
-fn run(engine: &mut Engine<CpuBackend>, reqs: &[Request], arrive: &[usize]) -> Vec<Trace> {
-    let mut ids: Vec<Option<SeqId>> = vec![None; reqs.len()];
-    let mut out = vec![(vec![], vec![]); reqs.len()];
-    let mut step = 0;
-    while ids.iter().any(Option::is_none) || engine.has_work() {
-        for (i, r) in reqs.iter().enumerate() {
-            if ids[i].is_none() && arrive[i] <= step {
-                let mut r = r.clone();
-                r.return_logits = true;
-                ids[i] = Some(engine.add_request(r).unwrap());
-            }
-        }
-        for o in engine.step() {
-            let i = ids.iter().position(|&id| id == Some(o.seq_id)).unwrap();
-            out[i].0.push(o.token);
-            out[i].1.push(o.logits.unwrap().iter().map(|v| v.to_bits()).collect());
-        }
-        step += 1;
-    }
-    out
-}
-
-fn prompt(len: usize, salt: usize) -> Vec<u32> {
-    (0..len).map(|i| ((i * 7919 + salt * 104_729) % 380) as u32 + 3).collect()
-}
 
 fn requests() -> Vec<Request> {
     (0..8)
@@ -126,24 +74,6 @@ fn preempted_and_recomputed_equals_never_preempted() {
     assert!(small.stats().num_preemptions_total > 0, "the test must preempt: {:?}", small.stats());
     assert!(got == want, "a preempted and recomputed request differs from its solo run");
     assert_eq!(small.stats().num_blocks_in_use, 0);
-}
-
-#[test]
-fn the_prefix_cache_is_off_and_a_second_turn_equals_a_fresh_one() {
-    let mut e = engine(&BASE);
-    assert!(e.has_lane_state());
-    assert!(!e.scheduler_config().enable_prefix_cache, "a model whose state is not in the blocks cannot resume");
-    let first = prompt(70, 5);
-    let turn = |e: &mut Engine<CpuBackend>, p: &[u32]| {
-        run(e, &[Request::new(p.to_vec(), SamplingParams::greedy(), 8, vec![])], &[0]).remove(0)
-    };
-    let one = turn(&mut e, &first);
-    let mut second = first.clone();
-    second.extend(&one.0);
-    second.extend(prompt(9, 6));
-    let resumed = turn(&mut e, &second);
-    assert!(resumed == turn(&mut engine(&BASE), &second), "a second turn differs from computing it fresh");
-    assert_eq!(e.stats().prefix_cache_hit_tokens, 0);
 }
 
 #[test]

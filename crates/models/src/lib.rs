@@ -38,6 +38,14 @@ pub trait CausalLm<B: Backend>: Send + Sync {
             lane_state: LaneStateSpec::NONE,
         }
     }
+    /// Whether the prefix cache may resume this model from snapshots of its lane state: its
+    /// state after n tokens is the same bits however the n tokens were split into steps (a
+    /// canonical recurrence), and every state layer keeps its state in the lane-state slots the
+    /// backend snapshots (`ForwardBatch::state_snapshots`). A model with lane state that does
+    /// not declare it runs with the prefix cache off; attention-only models need no snapshots.
+    fn lane_state_snapshots(&self) -> bool {
+        false
+    }
     /// One step: writes every row's K/V into `kv` and returns logits [batch.logits_rows.len(), vocab].
     fn forward(&self, backend: &B, batch: &ForwardBatch, kv: &mut B::KvCache, trace: Option<Trace<'_, B>>)
     -> B::Tensor;

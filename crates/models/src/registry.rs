@@ -4,7 +4,7 @@ use crate::CausalLm;
 use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
-use plumb_core::{BackendError, FullBackend};
+use plumb_core::{BackendError, FullBackend, KvSpec, LaneStateSpec};
 
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +88,31 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // fixtures/qwen3_moe's.
     ("qwen3_moe", "cpu", "receipts/check-cpu-qwen3-moe-synth-1.6b-l8.json"),
 ];
+
+/// The KV and lane-state geometry the model in `checkpoint` asks for, read from its config
+/// without loading weights (`plumb inspect`): paged K/V only for its attention layers, and for
+/// a hybrid family one lane's state for its linear-attention layers (`num_slots` 1). Block size
+/// 1 and no blocks: `bytes_per_position` and `bytes_per_slot` are the figures of interest.
+pub fn kv_layout(checkpoint: CheckpointRef<'_>) -> Result<KvSpec, ModelError> {
+    let config = checkpoint.config()?;
+    let family = family_of(&config.architecture)
+        .ok_or_else(|| ModelError::UnsupportedArchitecture(config.architecture.clone()))?;
+    let mut spec = KvSpec {
+        num_layers: config.num_hidden_layers,
+        num_kv_heads: config.num_key_value_heads,
+        head_dim: config.head_dim,
+        block_size: 1,
+        num_blocks: 0,
+        lane_state: LaneStateSpec::NONE,
+    };
+    if GATED_DELTA_FAMILIES.contains(&family) {
+        let hybrid = crate::families::qwen3_5::hybrid_config(checkpoint, &config)?;
+        let num_linear = hybrid.is_linear.iter().filter(|&&l| l).count();
+        spec.num_layers -= num_linear;
+        spec.lane_state = hybrid.gdn.lane_state(num_linear, 1);
+    }
+    Ok(spec)
+}
 
 /// Refuses a family on a backend it has not been gated on, unless `experimental` (a comma-separated
 /// list, as in `PLUMB_EXPERIMENTAL`) names the family or `all`.

@@ -11,10 +11,14 @@
 //!   table order, and its deeper cached blocks (less likely to be shared) are evicted before
 //!   its first ones;
 //! - a prefix-cache hit on a free block takes it out of the queue.
+//!
+//! With lane-state snapshots (`snapshots`), a block leaving the cache drops its snapshot, and a
+//! hit ends at the last hit block that has one.
 
 use crate::block_pool::{BlockPool, FreeEnd};
 use crate::prefix_cache::{BlockHasher, Parent, PrefixCache};
 use crate::sequence::Sequence;
+use crate::snapshot_pool::SnapshotPool;
 
 /// Cached blocks a waiting sequence can start from, longest chain first-to-last.
 #[derive(Debug, Default)]
@@ -23,6 +27,8 @@ pub(crate) struct Hit {
     prefix_ids: Vec<u64>,
     /// How many of `blocks` sit in the free queue (taking them lowers the free count).
     num_free: usize,
+    /// The lane-state snapshot after the last hit block (state models only).
+    restore: Option<u32>,
 }
 
 impl Hit {
@@ -38,6 +44,8 @@ pub(crate) struct BlockManager {
     pub(crate) pool: BlockPool,
     pub(crate) cache: PrefixCache,
     pub(crate) reserved: Vec<bool>,
+    /// Lane-state snapshots of cached blocks, for models with lane state.
+    pub(crate) snapshots: Option<SnapshotPool>,
 }
 
 impl BlockManager {
@@ -48,6 +56,7 @@ impl BlockManager {
             pool: BlockPool::new(num_blocks),
             cache: PrefixCache::new(num_blocks, hasher),
             reserved: vec![false; num_blocks],
+            snapshots: None,
         }
     }
 
@@ -79,6 +88,16 @@ impl BlockManager {
             hit.prefix_ids.push(prefix_id);
             hit.num_free += usize::from(self.pool.ref_count(block) == 0);
         }
+        if let Some(snapshots) = &self.snapshots {
+            // A state model resumes only from a snapshot: cut the hit back to the last one.
+            let keep = hit.blocks.iter().rposition(|&b| snapshots.of_block(b).is_some()).map_or(0, |i| i + 1);
+            for &b in &hit.blocks[keep..] {
+                hit.num_free -= usize::from(self.pool.ref_count(b) == 0);
+            }
+            hit.blocks.truncate(keep);
+            hit.prefix_ids.truncate(keep);
+            hit.restore = hit.blocks.last().and_then(|&b| snapshots.of_block(b));
+        }
         hit
     }
 
@@ -88,9 +107,13 @@ impl BlockManager {
         self.pool.num_free() - hit.num_free >= num_new
     }
 
-    /// Gives a waiting `seq` the hit blocks (computed) and new blocks up to `end`.
-    pub fn admit(&mut self, seq: &mut Sequence, hit: Hit, end: usize) {
+    /// Gives a waiting `seq` the hit blocks (computed) and new blocks up to `end`; returns the
+    /// snapshot its lane state must be restored from (state models with a hit).
+    pub fn admit(&mut self, seq: &mut Sequence, hit: Hit, end: usize) -> Option<u32> {
         debug_assert!(seq.block_table.is_empty() && seq.num_computed_tokens == 0);
+        if let (Some(snapshots), Some(s)) = (&mut self.snapshots, hit.restore) {
+            snapshots.touch(s);
+        }
         for &b in &hit.blocks {
             self.pool.share(b);
         }
@@ -98,6 +121,28 @@ impl BlockManager {
         seq.block_table = hit.blocks;
         seq.prefix_ids = hit.prefix_ids;
         assert!(self.grow(seq, end), "admission checked the free blocks");
+        hit.restore
+    }
+
+    /// Takes snapshot slots for the block boundaries of `seq`'s rows `start..end` whose lane
+    /// state a step should save (the policy of `StateSnapshots`), latest first so a short pool
+    /// keeps the most useful one; records them as pending and returns them as (tokens absorbed,
+    /// snapshot). Empty for models without lane state.
+    pub fn plan_snapshots(&mut self, seq: &mut Sequence, start: usize, end: usize) -> Vec<(usize, u32)> {
+        let Some(snapshots) = &mut self.snapshots else { return Vec::new() };
+        let bs = self.block_size;
+        let last = end / bs * bs;
+        let mut taken = Vec::new();
+        for p in (start / bs + 1..=end / bs).rev().map(|i| i * bs) {
+            if p != last && !(p / bs).is_multiple_of(snapshots.every_blocks) {
+                continue;
+            }
+            let Some(s) = snapshots.allocate() else { break };
+            taken.push((p, s));
+        }
+        taken.reverse();
+        seq.pending_snapshots.extend(&taken);
+        taken
     }
 
     /// Extends `seq`'s table to cover 0..end, evicting cached free blocks as needed; `false`
@@ -127,6 +172,7 @@ impl BlockManager {
     /// Registers every full block of computed tokens not registered yet.
     pub fn register_full_blocks(&mut self, seq: &mut Sequence) {
         if !self.enable_prefix_cache {
+            self.attach_snapshots(seq);
             return;
         }
         let num_full = seq.num_computed_tokens / self.block_size;
@@ -135,18 +181,55 @@ impl BlockManager {
             let parent = self.parent(seq, &seq.prefix_ids, i);
             let tokens = &seq.tokens()[i * self.block_size..(i + 1) * self.block_size];
             let r = self.cache.register(seq.block_table[i], seq.block_hashes[i], parent, tokens);
-            if let Some(d) = r.displaced
-                && self.pool.ref_count(d) == 0
-            {
-                self.pool.move_to_head(d);
+            if let Some(d) = r.displaced {
+                if let Some(snapshots) = &mut self.snapshots {
+                    snapshots.forget_block(d);
+                }
+                if self.pool.ref_count(d) == 0 {
+                    self.pool.move_to_head(d);
+                }
             }
             seq.prefix_ids.push(r.prefix_id);
+        }
+        self.attach_snapshots(seq);
+    }
+
+    /// Attaches `seq`'s pending snapshots to the cached blocks they end (the block itself, or
+    /// the equal block cached before it); frees those whose block is not cached.
+    fn attach_snapshots(&mut self, seq: &mut Sequence) {
+        let pending = std::mem::take(&mut seq.pending_snapshots);
+        let targets: Vec<(u32, Option<u32>)> = pending
+            .into_iter()
+            .map(|(p, s)| {
+                let i = p / self.block_size - 1;
+                let found = (i < seq.prefix_ids.len())
+                    .then(|| {
+                        self.cache.find(
+                            seq.block_hashes[i],
+                            self.parent(seq, &seq.prefix_ids, i),
+                            self.block_tokens(seq, i),
+                        )
+                    })
+                    .flatten()
+                    .filter(|&(_, prefix_id)| prefix_id == seq.prefix_ids[i]);
+                (s, found.map(|(block, _)| block))
+            })
+            .collect();
+        let Some(snapshots) = &mut self.snapshots else { return };
+        for (s, block) in targets {
+            match block {
+                Some(block) => snapshots.attach(s, block),
+                None => snapshots.release_pending(s),
+            }
         }
     }
 
     /// Returns all of `seq`'s blocks (cached ones stay cached while unreferenced) and resets
     /// its computed tokens.
     pub fn release(&mut self, seq: &mut Sequence) {
+        for (_, s) in std::mem::take(&mut seq.pending_snapshots) {
+            self.snapshots.as_mut().expect("pending snapshots come from the pool").release_pending(s);
+        }
         for &b in seq.block_table.iter().rev() {
             let end = if self.cache.is_cached(b) { FreeEnd::Tail } else { FreeEnd::Head };
             self.pool.release(b, end);
@@ -183,6 +266,9 @@ impl BlockManager {
         let blocks = self.pool.allocate(n)?;
         for &b in &blocks {
             self.cache.evict(b);
+            if let Some(snapshots) = &mut self.snapshots {
+                snapshots.forget_block(b);
+            }
         }
         Some(blocks)
     }

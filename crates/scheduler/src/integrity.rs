@@ -17,6 +17,13 @@ impl Scheduler {
         let pool = &self.blocks.pool;
         pool.check()?;
         self.blocks.cache.check(bs)?;
+        if let Some(snapshots) = &self.blocks.snapshots {
+            let pending: Vec<u32> =
+                self.seqs.values().flat_map(|s| s.pending_snapshots.iter().map(|&(_, slot)| slot)).collect();
+            snapshots.check(|b| self.blocks.cache.is_cached(b), &pending)?;
+        } else if self.seqs.values().any(|s| !s.pending_snapshots.is_empty()) {
+            return Err("a sequence holds lane-state snapshots without a snapshot pool".into());
+        }
         let in_use = (0..pool.num_blocks() as u32).filter(|&b| pool.ref_count(b) > 0).count();
         if pool.num_free() + in_use != pool.num_blocks() {
             return Err(format!("{} free + {in_use} in use != {} blocks", pool.num_free(), pool.num_blocks()));

@@ -10,15 +10,19 @@ mod integrity;
 mod prefix_cache;
 mod scheduler;
 mod sequence;
+mod snapshot_pool;
 
 pub use block_pool::{BlockPool, FreeEnd};
 pub use scheduler::Scheduler;
 pub use sequence::{FinishReason, SeqId, Sequence};
+pub use snapshot_pool::StateSnapshots;
 
 #[cfg(test)]
 mod scheduler_props;
 #[cfg(test)]
 mod scheduler_tests;
+#[cfg(test)]
+mod snapshot_tests;
 
 /// Limits of one engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +111,12 @@ pub struct PlanItem {
     pub sample: bool,
     /// Draft tokens to verify after `end` (only with `sample`); the block table covers them.
     pub drafts: Vec<u32>,
+    /// Lane-state snapshot the lane starts from (a prefix-cache hit of a model with lane state;
+    /// it holds the state after `start` tokens). Restored before the step runs.
+    pub restore: Option<u32>,
+    /// Lane-state snapshots the step takes: (tokens absorbed, a block boundary in
+    /// `start + 1..=end`; snapshot slot).
+    pub snapshots: Vec<(usize, u32)>,
 }
 
 impl PlanItem {
@@ -159,4 +169,8 @@ pub struct SchedulerStats {
     pub prefix_cache_queried_tokens: u64,
     /// Of those, tokens found cached.
     pub prefix_cache_hit_tokens: u64,
+    /// Lane-state snapshots attached to cached blocks (models with lane state).
+    pub num_state_snapshots_cached: usize,
+    /// Lane-state snapshots planned since start (more than the pool holds means evictions).
+    pub num_state_snapshots_taken: u64,
 }

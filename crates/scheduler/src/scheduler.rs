@@ -11,6 +11,7 @@
 use crate::block_manager::BlockManager;
 use crate::prefix_cache::{BlockHasher, hash_block};
 use crate::sequence::Status;
+use crate::snapshot_pool::{SnapshotPool, StateSnapshots};
 use crate::{PlanItem, RequestError, SchedulerConfig, SchedulerStats, SeqId, SeqUpdate, Sequence, StepPlan};
 use std::collections::{HashMap, VecDeque};
 
@@ -56,6 +57,17 @@ impl Scheduler {
         }
     }
 
+    /// For a model with per-lane state: the prefix cache keeps snapshots of lane state at block
+    /// boundaries as `snapshots` says, and a hit resumes only from one (`PlanItem::restore`).
+    /// Steps then name the snapshots to take (`PlanItem::snapshots`). Call before any request
+    /// is added; without it (and with the prefix cache on) a hit assumes the blocks hold all the
+    /// model's memory.
+    pub fn with_state_snapshots(mut self, snapshots: StateSnapshots) -> Self {
+        assert!(self.seqs.is_empty(), "snapshots are configured before requests arrive");
+        self.blocks.snapshots = Some(SnapshotPool::new(snapshots, self.config.num_blocks));
+        self
+    }
+
     /// The limits it was built with.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
@@ -91,6 +103,8 @@ impl Scheduler {
         seq.block_table.clear();
         seq.block_hashes.clear();
         seq.prefix_ids.clear();
+        seq.pending_snapshots.clear();
+        seq.lane_slot = None;
         seq.status = Status::Waiting;
         self.waiting.push_back(seq.id);
         self.seqs.insert(seq.id, seq);
@@ -164,7 +178,9 @@ impl Scheduler {
                 if self.grow_or_preempt(id, end, &mut plan, &mut budget) {
                     budget -= end - start + drafts.len();
                     let sample = end == start + remaining;
-                    plan.items.push(PlanItem { seq_id: id, start, end, sample, drafts });
+                    let seq = self.seqs.get_mut(&id).expect("running sequences are known");
+                    let snapshots = self.blocks.plan_snapshots(seq, start, end);
+                    plan.items.push(PlanItem { seq_id: id, start, end, sample, drafts, restore: None, snapshots });
                 }
             }
         }
@@ -224,13 +240,15 @@ impl Scheduler {
                 self.prefix_cache_queried_tokens += len as u64;
                 self.prefix_cache_hit_tokens += start as u64;
             }
-            self.blocks.admit(seq, hit, end);
+            let restore = self.blocks.admit(seq, hit, end);
+            let snapshots = self.blocks.plan_snapshots(seq, start, end);
             seq.lane_slot = Some(self.free_slots.pop().expect("fewer than max_lanes run, so a slot is free"));
             seq.status = Status::Running;
             self.waiting.pop_front();
             self.running.push(id);
             *budget -= end - start;
-            plan.items.push(PlanItem { seq_id: id, start, end, sample: end == len, drafts: Vec::new() });
+            let sample = end == len;
+            plan.items.push(PlanItem { seq_id: id, start, end, sample, drafts: Vec::new(), restore, snapshots });
         }
     }
 
@@ -351,6 +369,8 @@ impl Scheduler {
             num_blocks_cached: self.blocks.cache.num_cached(),
             prefix_cache_queried_tokens: self.prefix_cache_queried_tokens,
             prefix_cache_hit_tokens: self.prefix_cache_hit_tokens,
+            num_state_snapshots_cached: self.blocks.snapshots.as_ref().map_or(0, |s| s.num_attached()),
+            num_state_snapshots_taken: self.blocks.snapshots.as_ref().map_or(0, |s| s.num_taken),
         }
     }
 }

@@ -19,7 +19,7 @@ fn seq(id: u64, prompt: &[u32], max_tokens: usize) -> Sequence {
 }
 
 fn item(id: u64, start: usize, end: usize, sample: bool) -> PlanItem {
-    PlanItem { seq_id: SeqId(id), start, end, sample, drafts: vec![] }
+    PlanItem { seq_id: SeqId(id), start, end, sample, drafts: vec![], restore: None, snapshots: vec![] }
 }
 
 fn table(s: &Scheduler, id: u64) -> Vec<u32> {
@@ -422,7 +422,15 @@ fn drafts_take_rows_and_blocks_then_roll_back_to_the_kept_tokens() {
     });
     assert_eq!(
         p.items,
-        [PlanItem { seq_id: SeqId(1), start: 3, end: 4, sample: true, drafts: vec![5, 6, 7, 8, 9, 10, 11] }]
+        [PlanItem {
+            seq_id: SeqId(1),
+            start: 3,
+            end: 4,
+            sample: true,
+            drafts: vec![5, 6, 7, 8, 9, 10, 11],
+            restore: None,
+            snapshots: vec![],
+        }]
     );
     assert_eq!(table(&s, 1), [0, 1, 2], "blocks cover the verify rows 4..11");
     s.check_integrity().unwrap();

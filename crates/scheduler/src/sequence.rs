@@ -48,6 +48,9 @@ pub struct Sequence {
     /// The lane slot it holds while running (per-lane state of linear-attention models lives
     /// there); `None` while waiting. A preempted sequence gives its slot back.
     pub(crate) lane_slot: Option<u32>,
+    /// Lane-state snapshots its planned step takes, not yet attached to cached blocks:
+    /// (tokens absorbed, snapshot slot). Empty between steps.
+    pub(crate) pending_snapshots: Vec<(usize, u32)>,
 }
 
 impl Sequence {
@@ -67,6 +70,7 @@ impl Sequence {
             prefix_ids: Vec::new(),
             status: Status::Waiting,
             lane_slot: None,
+            pending_snapshots: Vec::new(),
         }
     }
 

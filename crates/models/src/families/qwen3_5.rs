@@ -10,7 +10,7 @@ use crate::layers::hybrid::{HybridDecoder, LayerLoaders};
 use crate::layers::{loader::WeightLoader, rope};
 use crate::registry::ModelError;
 use crate::{CausalLm, Trace};
-use plumb_checkpoint::{CheckpointError, ModelConfig};
+use plumb_checkpoint::{CheckpointError, CheckpointRef, ModelConfig};
 use plumb_core::{Backend, ForwardBatch, FullBackend, GdnHeads, KvSpec};
 use serde_json::{Map, Value};
 
@@ -110,6 +110,17 @@ pub fn layout(architecture: &str) -> Layout {
     }
 }
 
+/// The hybrid settings of a checkpoint's config.json (the text config of a vision-language one).
+pub fn hybrid_config(checkpoint: CheckpointRef<'_>, config: &ModelConfig) -> Result<HybridConfig, ModelError> {
+    let json = checkpoint.config_json().ok_or(ModelError::Unsupported("hybrid families from GGUF files"))?;
+    let file = checkpoint.path().join("config.json").display().to_string();
+    let json = match json.get("text_config") {
+        Some(Value::Object(text)) => text,
+        _ => json,
+    };
+    HybridConfig::from_hf(json, config.num_hidden_layers, &file)
+}
+
 /// The common preamble of the hybrid families: refuses what they do not implement, reads the
 /// hybrid settings and the head.
 pub fn load_common<B: FullBackend>(
@@ -119,13 +130,7 @@ pub fn load_common<B: FullBackend>(
     if config.rope_scaling.is_some() {
         return Err(ModelError::Unsupported("RoPE scaling in the hybrid linear-attention families"));
     }
-    let json = w.checkpoint.config_json().ok_or(ModelError::Unsupported("hybrid families from GGUF files"))?;
-    let file = w.checkpoint.path().join("config.json").display().to_string();
-    let json = match json.get("text_config") {
-        Some(Value::Object(text)) => text,
-        _ => json,
-    };
-    let hybrid = HybridConfig::from_hf(json, config.num_hidden_layers, &file)?;
+    let hybrid = hybrid_config(w.checkpoint, config)?;
     let c = config;
     // A tied checkpoint that also stores `lm_head.weight` is refused by `finish`.
     let lm_head = match c.tie_word_embeddings {
@@ -174,6 +179,10 @@ impl<B: FullBackend> CausalLm<B> for Qwen3_5<B> {
 
     fn kv_spec_for_lanes(&self, block_size: usize, num_blocks: usize, num_lanes: usize) -> KvSpec {
         self.decoder.kv_spec_for_lanes(block_size, num_blocks, num_lanes)
+    }
+
+    fn lane_state_snapshots(&self) -> bool {
+        self.decoder.lane_state_snapshots()
     }
 
     fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, trace: Option<Trace<'_, B>>) -> B::Tensor {

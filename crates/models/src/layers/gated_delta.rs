@@ -38,6 +38,7 @@ impl GdnSpec {
             num_slots,
             conv_floats: (self.conv_kernel - 1) * self.heads.qkv_cols(),
             recurrent_floats: self.heads.state_floats(),
+            num_snapshots: 0,
         }
     }
 }

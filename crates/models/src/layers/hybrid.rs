@@ -138,6 +138,13 @@ impl<B: FullBackend> HybridDecoder<B> {
         }
     }
 
+    /// The stack's state layers are Gated DeltaNet layers, whose recurrence runs token by token
+    /// in one canonical order (see gated_delta.rs) and whose kernels honour state snapshots: the
+    /// prefix cache can resume them exactly from a snapshot at a block boundary.
+    pub fn lane_state_snapshots(&self) -> bool {
+        true
+    }
+
     /// One step: K/V of the full layers into `kv`, each lane's state advanced past its rows;
     /// logits [batch.logits_rows.len(), vocab].
     pub fn forward(

@@ -1,14 +1,16 @@
 //! Conformance cases of the optional Gated DeltaNet op group, run where the backend under test
 //! has it (`Backend::gated_delta_ops`). The two stateful ops run two steps over two lanes (a
 //! prefill chunk, then a mix of one decode token and a longer continuation), so the state a step
-//! leaves behind is checked through the next step's outputs.
+//! leaves behind is checked through the next step's outputs. Where the backend snapshots lane
+//! state (`Backend::lane_state_ops`), the first step also saves a lane's state mid-run and a
+//! third step restores it into the other slot and continues from there.
 
 use super::{CaseResult, Pair, nrms_case};
 use crate::inputs::{Rng, Spread, activations};
 use plumb_backend_ref::RefBackend;
 use plumb_core::{
-    Backend, ForwardBatch, FullBackend, GatedDeltaOps, GdnHeads, GgmlType, HostBytes, KvSpec, LaneStateSpec, LaneView,
-    WeightSource,
+    Backend, ForwardBatch, FullBackend, GatedDeltaOps, GdnHeads, GgmlType, HostBytes, KvSpec, LaneStateOps,
+    LaneStateSpec, LaneView, StateSnapshot, WeightSource,
 };
 
 type Ops<'a, B> = &'a dyn GatedDeltaOps<
@@ -81,8 +83,10 @@ fn norm_and_gate_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Ops<'_, B>, rng: &m
 }
 
 /// Two steps over two lanes with state slots 1 and 0: step 1 prefills 6 and 3 tokens, step 2
-/// continues lane 0 by one token and lane 1 by 5; each step's output is a case.
-fn steps() -> [ForwardBatch; 2] {
+/// continues lane 0 by one token and lane 1 by 5; each step's output is a case. With snapshots,
+/// step 1 also saves lane 0's state after 4 tokens into snapshot 0, and a third step continues
+/// it from position 4 in slot 0 after a restore.
+fn steps(snapshots: bool) -> Vec<ForwardBatch> {
     let lanes = vec![LaneView { block_table: vec![0] }, LaneView { block_table: vec![1] }];
     let mut first =
         ForwardBatch { block_size: 16, lanes: lanes.clone(), state_slots: vec![1, 0], ..Default::default() };
@@ -98,7 +102,13 @@ fn steps() -> [ForwardBatch; 2] {
             second.push_row(lane, 0, pos);
         }
     }
-    [first, second]
+    if !snapshots {
+        return vec![first, second];
+    }
+    first.state_snapshots = vec![StateSnapshot { lane: 0, num_tokens: 4, snapshot: 0 }];
+    // Slot 0 (lane 1's) after the restore: lane 0's state at 4 tokens.
+    let third = ForwardBatch::single_lane(&[0; 3], 4, 16, vec![0]);
+    vec![first, second, third]
 }
 
 fn stateful_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Ops<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {
@@ -109,12 +119,18 @@ fn stateful_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Ops<'_, B>, rng: &mut Rn
         num_slots: 2,
         conv_floats: (taps - 1) * c,
         recurrent_floats: heads.state_floats(),
+        num_snapshots: 1,
     };
     let spec = KvSpec { num_layers: 0, num_kv_heads: 1, head_dim: 16, block_size: 16, num_blocks: 2, lane_state };
     let (mut kv, mut kv_r) = (p.b.new_kv_cache(&spec), p.r.new_kv_cache(&spec));
     let (conv_w, conv_w_r) = vector(p, "conv1d", &uniform(rng, c * taps, -0.6, 0.6));
     let (hv, dv) = (heads.num_v_heads, heads.v_head_dim);
-    for (step, batch) in steps().iter().enumerate() {
+    let snapshots = p.b.lane_state_ops();
+    for (step, batch) in steps(snapshots.is_some()).iter().enumerate() {
+        if let (2, Some(ls)) = (step, snapshots) {
+            ls.restore_lane_state(&mut kv, 0, 0);
+            p.r.restore_lane_state(&mut kv_r, 0, 0);
+        }
         let n = batch.num_rows();
         let x = activations(rng, n, c, Spread::Normal);
         let mut got = p.poisoned(n, c);
