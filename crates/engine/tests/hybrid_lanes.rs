@@ -1,4 +1,5 @@
-//! The lanes engine on a hybrid linear-attention model (the tiny Qwen3.5 of fixtures/qwen3_5):
+//! The lanes engine on the hybrid linear-attention models (the tiny Qwen3.5, Qwen3.5-MoE and
+//! Qwen3-Next of fixtures/qwen3_5, qwen3_5_moe and qwen3_next; every test runs each of them):
 //! each lane's Gated DeltaNet state lives in the lane's state slot, so results do not depend on
 //! what else runs (8 requests together == each alone), on chunking (1, 3, 64, whole), on
 //! preemption and recompute, or on scoring running beside requests — exact equality of tokens
@@ -20,8 +21,11 @@ struct Setup {
 
 const BASE: Setup = Setup { max_batch_tokens: 64, max_lanes: 8, num_blocks: 128 };
 
-fn engine(s: &Setup) -> Engine<CpuBackend> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen3_5/hf");
+/// The fixture folders of the hybrid families.
+const FIXTURES: [&str; 3] = ["qwen3_5", "qwen3_5_moe", "qwen3_next"];
+
+fn engine(fixture: &str, s: &Setup) -> Engine<CpuBackend> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(fixture).join("hf");
     let backend = CpuBackend::new(2);
     let model = plumb_models::load_model_with(&HfCheckpoint::open(dir).unwrap(), &backend, None).unwrap();
     let config = SchedulerConfig {
@@ -78,19 +82,21 @@ fn requests() -> Vec<Request> {
         .collect()
 }
 
-fn solo(reqs: &[Request]) -> Vec<Trace> {
-    let mut e = engine(&Setup { max_lanes: 1, ..BASE });
+fn solo(fixture: &str, reqs: &[Request]) -> Vec<Trace> {
+    let mut e = engine(fixture, &Setup { max_lanes: 1, ..BASE });
     reqs.iter().map(|r| run(&mut e, std::slice::from_ref(r), &[0]).remove(0)).collect()
 }
 
 #[test]
 fn eight_requests_together_and_staggered_equal_each_alone() {
-    let reqs = requests();
-    let want = solo(&reqs);
-    assert!(run(&mut engine(&BASE), &reqs, &[0; 8]) == want, "8 requests together differ from solo runs");
-    let arrive: Vec<usize> = (0..8).map(|i| (i * 3) % 7).collect();
-    let got = run(&mut engine(&Setup { max_batch_tokens: 37, ..BASE }), &reqs, &arrive);
-    assert!(got == want, "staggered arrivals with 37-row steps differ from solo runs");
+    for f in FIXTURES {
+        let reqs = requests();
+        let want = solo(f, &reqs);
+        assert!(run(&mut engine(f, &BASE), &reqs, &[0; 8]) == want, "{f}: 8 requests together differ from solo runs");
+        let arrive: Vec<usize> = (0..8).map(|i| (i * 3) % 7).collect();
+        let got = run(&mut engine(f, &Setup { max_batch_tokens: 37, ..BASE }), &reqs, &arrive);
+        assert!(got == want, "{f}: staggered arrivals with 37-row steps differ from solo runs");
+    }
 }
 
 #[test]
@@ -104,10 +110,12 @@ fn prefill_chunk_sizes_give_identical_results() {
             vec![],
         ),
     ];
-    let whole = run(&mut engine(&Setup { max_batch_tokens: 512, ..BASE }), &reqs, &[0, 0]);
-    for chunk in [1, 3, 64] {
-        let got = run(&mut engine(&Setup { max_batch_tokens: chunk, ..BASE }), &reqs, &[0, 0]);
-        assert!(got == whole, "prefill in chunks of {chunk} differs from whole-prompt prefill");
+    for f in FIXTURES {
+        let whole = run(&mut engine(f, &Setup { max_batch_tokens: 512, ..BASE }), &reqs, &[0, 0]);
+        for chunk in [1, 3, 64] {
+            let got = run(&mut engine(f, &Setup { max_batch_tokens: chunk, ..BASE }), &reqs, &[0, 0]);
+            assert!(got == whole, "{f}: prefill in chunks of {chunk} differs from whole-prompt prefill");
+        }
     }
 }
 
@@ -119,18 +127,26 @@ fn preempted_and_recomputed_equals_never_preempted() {
             Request::new(prompt(30 + 7 * i, 20 + i), params, 24, vec![])
         })
         .collect();
-    let want = solo(&reqs);
-    // 10 blocks of 16 positions for four requests of 54-75 positions each: preemption is certain.
-    let mut small = engine(&Setup { num_blocks: 10, max_lanes: 4, ..BASE });
-    let got = run(&mut small, &reqs, &[0, 0, 1, 2]);
-    assert!(small.stats().num_preemptions_total > 0, "the test must preempt: {:?}", small.stats());
-    assert!(got == want, "a preempted and recomputed request differs from its solo run");
-    assert_eq!(small.stats().num_blocks_in_use, 0);
+    for f in FIXTURES {
+        let want = solo(f, &reqs);
+        // 10 blocks of 16 positions for four requests of 54-75 positions each: preemption is certain.
+        let mut small = engine(f, &Setup { num_blocks: 10, max_lanes: 4, ..BASE });
+        let got = run(&mut small, &reqs, &[0, 0, 1, 2]);
+        assert!(small.stats().num_preemptions_total > 0, "{f}: the test must preempt: {:?}", small.stats());
+        assert!(got == want, "{f}: a preempted and recomputed request differs from its solo run");
+        assert_eq!(small.stats().num_blocks_in_use, 0);
+    }
 }
 
 #[test]
 fn the_prefix_cache_is_off_and_a_second_turn_equals_a_fresh_one() {
-    let mut e = engine(&BASE);
+    for f in FIXTURES {
+        the_prefix_cache_is_off_and_a_second_turn_equals_a_fresh_one_for(f);
+    }
+}
+
+fn the_prefix_cache_is_off_and_a_second_turn_equals_a_fresh_one_for(f: &str) {
+    let mut e = engine(f, &BASE);
     assert!(e.has_lane_state());
     assert!(!e.scheduler_config().enable_prefix_cache, "a model whose state is not in the blocks cannot resume");
     let first = prompt(70, 5);
@@ -142,34 +158,40 @@ fn the_prefix_cache_is_off_and_a_second_turn_equals_a_fresh_one() {
     second.extend(&one.0);
     second.extend(prompt(9, 6));
     let resumed = turn(&mut e, &second);
-    assert!(resumed == turn(&mut engine(&BASE), &second), "a second turn differs from computing it fresh");
+    assert!(resumed == turn(&mut engine(f, &BASE), &second), "{f}: a second turn differs from computing it fresh");
     assert_eq!(e.stats().prefix_cache_hit_tokens, 0);
 }
 
 #[test]
 fn scoring_beside_running_requests_and_decode_equal_prefill() {
+    for f in FIXTURES {
+        scoring_beside_running_requests_and_decode_equal_prefill_for(f);
+    }
+}
+
+fn scoring_beside_running_requests_and_decode_equal_prefill_for(f: &str) {
     let tokens = prompt(90, 9);
-    let alone = engine(&BASE).logits_all(&tokens).unwrap();
+    let alone = engine(f, &BASE).logits_all(&tokens).unwrap();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     // Scoring while requests hold lanes (their state slots) mid-generation.
-    let mut e = engine(&BASE);
+    let mut e = engine(f, &BASE);
     for r in requests() {
         e.add_request(r).unwrap();
     }
     e.step();
     e.step();
     let beside = e.logits_all(&tokens).unwrap();
-    assert!(bits(&beside) == bits(&alone), "scoring beside running requests differs from scoring alone");
+    assert!(bits(&beside) == bits(&alone), "{f}: scoring beside running requests differs from scoring alone");
     // Greedy decoding's logits equal the prefill logits at the same positions.
-    let mut e = engine(&BASE);
+    let mut e = engine(f, &BASE);
     let out = run(&mut e, &[Request::new(tokens[..60].to_vec(), SamplingParams::greedy(), 20, vec![])], &[0]).remove(0);
     let mut seq = tokens[..60].to_vec();
     seq.extend(&out.0[..19]);
-    let prefill = engine(&BASE).logits_all(&seq).unwrap();
+    let prefill = engine(f, &BASE).logits_all(&seq).unwrap();
     let vocab = prefill.len() / seq.len();
     for (j, row) in out.1.iter().enumerate() {
         let at = (59 + j) * vocab;
-        assert!(*row == bits(&prefill[at..at + vocab]), "decode step {j} differs from prefill at position {}", 59 + j);
+        assert!(*row == bits(&prefill[at..at + vocab]), "{f}: decode step {j} differs from prefill at {}", 59 + j);
     }
 }
 
@@ -185,9 +207,9 @@ impl plumb_engine::Proposer<CpuBackend> for AlwaysDraft {
 #[test]
 fn proposers_are_dropped_and_a_hybrid_draft_model_is_refused() {
     use plumb_engine::{DraftModelConfig, DraftModelError, ModelProposer};
-    let mut e = engine(&BASE);
+    let mut e = engine("qwen3_5", &BASE);
     let reqs = requests();
-    let want = solo(&reqs);
+    let want = solo("qwen3_5", &reqs);
     // Verify rows would advance each lane's state past drafts it may reject: the proposer is
     // dropped, and results equal the solo runs.
     e.set_proposer(Some(Box::new(AlwaysDraft(3))));
