@@ -74,7 +74,8 @@ fn the_hybrid_presets_have_the_hugging_face_tensors() {
     assert_eq!(shape(&plan, "model.layers.7.mlp.experts.15.down_proj.weight"), Some(vec![2048, 512]));
     assert_eq!(shape(&plan, "model.layers.7.mlp.shared_expert_gate.weight"), Some(vec![1, 2048]));
     assert_eq!(plan.num_params(), 1_702_088_832);
-    let next = SynthPlan::preset("qwen3-next-1.3b", SynthOptions { num_layers: Some(4), ..Default::default() }).unwrap();
+    let next =
+        SynthPlan::preset("qwen3-next-1.3b", SynthOptions { num_layers: Some(4), ..Default::default() }).unwrap();
     assert_eq!(shape(&next, "model.layers.2.linear_attn.in_proj_qkvz.weight"), Some(vec![12288, 2048]));
     assert_eq!(shape(&next, "model.layers.2.linear_attn.in_proj_ba.weight"), Some(vec![64, 2048]));
     assert_eq!(next.shape.config.rope_dim, 64);

@@ -9,8 +9,7 @@ use crate::hparams::ModelConfig;
 use serde_json::{Map, Value};
 
 /// Architectures `plumb synth` writes.
-pub const SUPPORTED: &str =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
 
 /// How one architecture lays out its tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,7 +57,11 @@ impl HybridShape {
                     .and_then(|a| a.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
                     .ok_or_else(|| bad(file, "layer_types", format!("is {v}, expected a list of strings")))?;
                 if types.len() != num_layers {
-                    return Err(bad(file, "layer_types", format!("has {} entries for {num_layers} layers", types.len())));
+                    return Err(bad(
+                        file,
+                        "layer_types",
+                        format!("has {} entries for {num_layers} layers", types.len()),
+                    ));
                 }
                 types
                     .iter()
@@ -106,7 +110,12 @@ impl HybridShape {
                 for e in 0..moe.num_experts {
                     linears(&mut out, &format!("{mlp}.experts.{e}"), &swiglu(moe.moe_intermediate_size), false);
                 }
-                linears(&mut out, &format!("{mlp}.shared_expert"), &swiglu(self.shared_expert_intermediate_size), false);
+                linears(
+                    &mut out,
+                    &format!("{mlp}.shared_expert"),
+                    &swiglu(self.shared_expert_intermediate_size),
+                    false,
+                );
                 linears(&mut out, &mlp, &[("shared_expert_gate", 1, hidden)], false);
             } else {
                 linears(&mut out, &mlp, &swiglu(c.intermediate_size), false);
@@ -156,7 +165,8 @@ impl HybridShape {
 fn full_attn(out: &mut Vec<TensorSpec>, p: &str, c: &ModelConfig) {
     let (hidden, d) = (c.hidden_size, c.head_dim);
     let (q, kv) = (c.num_attention_heads * d, c.num_key_value_heads * d);
-    let projections = [("q_proj", 2 * q, hidden), ("k_proj", kv, hidden), ("v_proj", kv, hidden), ("o_proj", hidden, q)];
+    let projections =
+        [("q_proj", 2 * q, hidden), ("k_proj", kv, hidden), ("v_proj", kv, hidden), ("o_proj", hidden, q)];
     linears(out, p, &projections, false);
     out.push(spec(format!("{p}.q_norm.weight"), vec![d], Init::Zeros));
     out.push(spec(format!("{p}.k_norm.weight"), vec![d], Init::Zeros));

@@ -144,6 +144,11 @@ impl<B: FullBackend> Moe<B> {
     }
 }
 
+/// One row range as a part of `load_row_parts`.
+fn one(rows: std::ops::Range<usize>) -> Vec<std::ops::Range<usize>> {
+    std::iter::once(rows).collect()
+}
+
 /// Splits the fused expert tensors into one SwiGLU per expert. The split copies rows as stored,
 /// so each expert's products are those of the fused tensors.
 fn fused_experts<B: FullBackend>(
@@ -154,10 +159,10 @@ fn fused_experts<B: FullBackend>(
 ) -> Result<Vec<Mlp<B>>, ModelError> {
     let (e, inter) = (spec.num_experts, spec.intermediate_size);
     let gate_up: Vec<_> = (0..e)
-        .flat_map(|i| [vec![2 * i * inter..(2 * i + 1) * inter], vec![(2 * i + 1) * inter..(2 * i + 2) * inter]])
+        .flat_map(|i| [one(2 * i * inter..(2 * i + 1) * inter), one((2 * i + 1) * inter..(2 * i + 2) * inter)])
         .collect();
     let mut gate_up = w.load_row_parts(&format!("{prefix}.experts.gate_up_proj"), e * 2 * inter, hidden, &gate_up)?;
-    let down: Vec<_> = (0..e).map(|i| vec![i * hidden..(i + 1) * hidden]).collect();
+    let down: Vec<_> = (0..e).map(|i| one(i * hidden..(i + 1) * hidden)).collect();
     let down = w.load_row_parts(&format!("{prefix}.experts.down_proj"), e * hidden, inter, &down)?;
     let mut experts = Vec::with_capacity(e);
     for down_proj in down {
