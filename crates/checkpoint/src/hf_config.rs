@@ -85,14 +85,70 @@ const FAMILY_KEYS: &[(&str, &str, &[&str])] = &[
             "linear_num_value_heads",
         ],
     ),
+    (
+        "Qwen3_5MoeForCausalLM",
+        "qwen3_5_moe_text",
+        &[
+            "attention_bias",
+            "layer_types",
+            "full_attention_interval",
+            // The Gated DeltaNet layers and the experts, read by the family
+            // (plumb_models::families::qwen3_5_moe). Every layer is sparse and renormalizes.
+            "linear_conv_kernel_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            // Training only: the router's auxiliary loss.
+            "output_router_logits",
+            "router_aux_loss_coef",
+        ],
+    ),
+    (
+        "Qwen3NextForCausalLM",
+        "qwen3_next",
+        &[
+            "attention_bias",
+            "layer_types",
+            "full_attention_interval",
+            "partial_rotary_factor",
+            // The Gated DeltaNet layers and the experts, read by the family
+            // (plumb_models::families::qwen3_next).
+            "linear_conv_kernel_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "norm_topk_prob",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+            // Training only: the router's auxiliary loss.
+            "output_router_logits",
+            "router_aux_loss_coef",
+        ],
+    ),
 ];
+
+/// Architectures whose transformers config defaults `partial_rotary_factor` to 0.25 when the
+/// file does not set it (the hybrid linear-attention families).
+const QUARTER_ROTARY: &[&str] = &["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"];
 
 /// Vision-language checkpoints whose text model plumb runs: (architecture, model_type, the text
 /// model's architecture). Their `config.json` nests the text config under `text_config`; the
 /// vision tower's settings are not read (its weights are refused or ignored by the family,
 /// explicitly).
-pub const VISION_LANGUAGE: &[(&str, &str, &str)] =
-    &[("Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5ForCausalLM")];
+pub const VISION_LANGUAGE: &[(&str, &str, &str)] = &[
+    ("Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5ForCausalLM"),
+    ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3_5MoeForCausalLM"),
+];
 
 /// Top-level keys of a vision-language config.json besides `text_config`.
 const VISION_LANGUAGE_KEYS: &[&str] =
@@ -164,12 +220,19 @@ impl ModelConfig {
         let rope_dim = match partial_rotary_factor(&m)? {
             // transformers: int(head_dim * partial_rotary_factor).
             Some(f) => (head_dim as f64 * f) as usize,
+            None if QUARTER_ROTARY.contains(&text_arch) => head_dim / 4,
             None => head_dim,
+        };
+        // Qwen3.5-MoE has no dense MLP and its config no `intermediate_size`: the experts' width
+        // stands in for it (the parameter-count reports read it).
+        let intermediate_size = match (size(&m, "intermediate_size")?, text_arch) {
+            (None, "Qwen3_5MoeForCausalLM") => req_size(&m, "moe_intermediate_size")?,
+            (s, _) => s.ok_or_else(|| bad("intermediate_size", "is missing"))?,
         };
         let config = ModelConfig {
             architecture: architecture.clone(),
             hidden_size,
-            intermediate_size: req_size(&m, "intermediate_size")?,
+            intermediate_size,
             num_hidden_layers: req_size(&m, "num_hidden_layers")?,
             num_attention_heads,
             num_key_value_heads: size(&m, "num_key_value_heads")?.unwrap_or(num_attention_heads),
@@ -436,5 +499,38 @@ mod tests {
         let mut missing = vl;
         missing.as_object_mut().unwrap().remove("text_config");
         assert!(ModelConfig::from_hf_json(&missing.to_string()).unwrap_err().to_string().contains("text_config"));
+    }
+
+    #[test]
+    fn the_hybrid_moe_architectures_read_their_own_keys_and_refuse_the_others() {
+        let mut moe: Value = serde_json::from_str(QWEN3_5).unwrap();
+        let m = moe.as_object_mut().unwrap();
+        m.insert("architectures".into(), serde_json::json!(["Qwen3_5MoeForCausalLM"]));
+        m.insert("model_type".into(), "qwen3_5_moe_text".into());
+        m.remove("intermediate_size");
+        m.remove("rope_parameters");
+        for (k, v) in [("num_experts", 8), ("num_experts_per_tok", 2), ("moe_intermediate_size", 16)] {
+            m.insert(k.into(), v.into());
+        }
+        m.insert("shared_expert_intermediate_size".into(), 32.into());
+        let c = ModelConfig::from_hf_json(&moe.to_string()).unwrap();
+        // No intermediate_size: the experts' width; no partial_rotary_factor: transformers' 0.25.
+        assert_eq!((c.intermediate_size, c.rope_dim), (16, 8));
+        let mut vl = serde_json::json!({"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+            "model_type": "qwen3_5_moe", "text_config": moe.clone(), "vision_config": {}});
+        assert_eq!(ModelConfig::from_hf_json(&vl.to_string()).unwrap().rope_dim, 8);
+        // Qwen3-Next's options are not Qwen3.5-MoE settings.
+        vl["text_config"]["mlp_only_layers"] = serde_json::json!([]);
+        assert!(ModelConfig::from_hf_json(&vl.to_string()).unwrap_err().to_string().contains("mlp_only_layers"));
+        let mut next = moe;
+        next["architectures"] = serde_json::json!(["Qwen3NextForCausalLM"]);
+        next["model_type"] = "qwen3_next".into();
+        next["partial_rotary_factor"] = 0.5.into();
+        next["mlp_only_layers"] = serde_json::json!([1]);
+        next["intermediate_size"] = 48.into();
+        let c = ModelConfig::from_hf_json(&next.to_string()).unwrap();
+        assert_eq!((c.intermediate_size, c.rope_dim), (48, 16));
+        next["model_type"] = "qwen3_5_moe_text".into();
+        assert!(ModelConfig::from_hf_json(&next.to_string()).unwrap_err().to_string().contains("contradicts"));
     }
 }

@@ -8,6 +8,7 @@
 //! midway is never taken for a model.
 
 pub mod arch;
+pub mod hybrid;
 pub mod presets;
 pub mod rng;
 pub mod tokenizer;

@@ -64,6 +64,25 @@ fn qwen3_30b_a3b_has_the_hugging_face_expert_tensors() {
 }
 
 #[test]
+fn the_hybrid_presets_have_the_hugging_face_tensors() {
+    let plan = SynthPlan::preset("qwen3.5-moe-1.7b", SynthOptions::default()).unwrap();
+    let shape = |plan: &SynthPlan, name: &str| plan.tensors.iter().find(|t| t.name == name).map(|t| t.shape.clone());
+    assert_eq!(shape(&plan, "model.layers.0.linear_attn.in_proj_qkv.weight"), Some(vec![8192, 2048]));
+    assert_eq!(shape(&plan, "model.layers.0.linear_attn.conv1d.weight"), Some(vec![8192, 1, 4]));
+    assert_eq!(shape(&plan, "model.layers.3.self_attn.q_proj.weight"), Some(vec![8192, 2048]));
+    assert_eq!(shape(&plan, "model.layers.3.linear_attn.in_proj_qkv.weight"), None, "layer 3 is full attention");
+    assert_eq!(shape(&plan, "model.layers.7.mlp.experts.15.down_proj.weight"), Some(vec![2048, 512]));
+    assert_eq!(shape(&plan, "model.layers.7.mlp.shared_expert_gate.weight"), Some(vec![1, 2048]));
+    assert_eq!(plan.num_params(), 1_702_088_832);
+    let next =
+        SynthPlan::preset("qwen3-next-1.3b", SynthOptions { num_layers: Some(4), ..Default::default() }).unwrap();
+    assert_eq!(shape(&next, "model.layers.2.linear_attn.in_proj_qkvz.weight"), Some(vec![12288, 2048]));
+    assert_eq!(shape(&next, "model.layers.2.linear_attn.in_proj_ba.weight"), Some(vec![64, 2048]));
+    assert_eq!(next.shape.config.rope_dim, 64);
+    assert!(next.tensors.iter().all(|t| !t.name.contains("layers.4.")), "--layers 4 keeps four layers");
+}
+
+#[test]
 fn tiny_presets_write_folders_the_reader_opens() {
     for (name, dtype, st) in [
         ("tiny-llama", SynthDtype::F32, StDtype::F32),
@@ -159,6 +178,7 @@ fn weights_have_the_planned_spread() {
             file.tensor_data(info).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect();
         match t.init {
             Init::Ones => assert!(xs.iter().all(|&x| x == 1.0), "{}", t.name),
+            Init::Zeros => assert!(xs.iter().all(|&x| x == 0.0), "{}", t.name),
             Init::Random { std } => {
                 let n = xs.len() as f64;
                 let mean = xs.iter().sum::<f64>() / n;

@@ -1,7 +1,9 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
+use crate::families::{
+    llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_5_moe::Qwen3_5Moe, qwen3_moe::Qwen3Moe, qwen3_next::Qwen3Next,
+};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend, KvSpec, LaneStateSpec};
@@ -53,7 +55,8 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 
 /// Hugging Face architectures with a family.
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
-     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text)";
+     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3_5MoeForCausalLM, \
+     Qwen3_5MoeForConditionalGeneration (text), Qwen3NextForCausalLM";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -62,15 +65,17 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
         "Qwen3ForCausalLM" => Some("qwen3"),
         "Qwen3MoeForCausalLM" => Some("qwen3_moe"),
         "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Some("qwen3_5"),
+        "Qwen3_5MoeForCausalLM" | "Qwen3_5MoeForConditionalGeneration" => Some("qwen3_5_moe"),
+        "Qwen3NextForCausalLM" => Some("qwen3_next"),
         _ => None,
     }
 }
 
 /// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
-const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
+const MOE_FAMILIES: &[&str] = &["qwen3_moe", "qwen3_5_moe", "qwen3_next"];
 
 /// Families built on the optional Gated DeltaNet op group (`Backend::gated_delta_ops`).
-const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5"];
+const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5", "qwen3_5_moe", "qwen3_next"];
 
 /// (family, backend kind, receipt) for every family whose whole-model gate has passed on a
 /// backend. The reference backend needs no entry: it is the definition the gates compare with.
@@ -167,6 +172,8 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
         "qwen3_moe" => Ok(Box::new(Qwen3Moe::load(&loader, config)?)),
         "qwen3_5" => Ok(Box::new(Qwen3_5::load(&loader, config)?)),
+        "qwen3_5_moe" => Ok(Box::new(Qwen3_5Moe::load(&loader, config)?)),
+        "qwen3_next" => Ok(Box::new(Qwen3Next::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

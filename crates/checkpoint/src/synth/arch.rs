@@ -3,12 +3,13 @@
 //! keys) and the list of tensors, named, shaped and initialised as Hugging Face stores them.
 //! Invariant: every tensor a family loads is listed, and nothing else (plumb refuses unused tensors).
 
+use super::hybrid::HybridShape;
 use crate::error::CheckpointError;
 use crate::hparams::ModelConfig;
 use serde_json::{Map, Value};
 
 /// Architectures `plumb synth` writes.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
 
 /// How one architecture lays out its tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +20,10 @@ pub enum Arch {
     Qwen3,
     /// Qwen3-MoE: Qwen3's attention; sparse layers hold a router and per-expert SwiGLUs.
     Qwen3Moe,
+    /// Qwen3.5-MoE: Gated DeltaNet and gated full attention, experts plus a gated shared expert.
+    Qwen3_5Moe,
+    /// Qwen3-Next: Qwen3.5-MoE's layers with fused DeltaNet projections and optional dense layers.
+    Qwen3Next,
 }
 
 impl Arch {
@@ -29,6 +34,8 @@ impl Arch {
             "MistralForCausalLM" => (Arch::Llama, "mistral"),
             "Qwen3ForCausalLM" => (Arch::Qwen3, "qwen3"),
             "Qwen3MoeForCausalLM" => (Arch::Qwen3Moe, "qwen3_moe"),
+            "Qwen3_5MoeForCausalLM" => (Arch::Qwen3_5Moe, "qwen3_5_moe_text"),
+            "Qwen3NextForCausalLM" => (Arch::Qwen3Next, "qwen3_next"),
             _ => return None,
         })
     }
@@ -41,6 +48,8 @@ pub enum Init {
     Random { std: f64 },
     /// Every element 1 (norm weights).
     Ones,
+    /// Every element 0 (zero-centred norm weights, which multiply by `1 + w`).
+    Zeros,
 }
 
 /// One tensor to write.
@@ -89,6 +98,8 @@ pub struct Shape {
     pub attention_bias: bool,
     pub mlp_bias: bool,
     pub moe: Option<MoeShape>,
+    /// The linear-attention layers of the hybrid architectures.
+    pub hybrid: Option<HybridShape>,
 }
 
 fn bad(file: &str, key: &str, why: impl Into<String>) -> CheckpointError {
@@ -133,9 +144,16 @@ impl Shape {
         let (arch, _) = Arch::of(&architecture).ok_or_else(|| {
             bad(file, "architectures", format!("is [{architecture:?}]; plumb synth writes {SUPPORTED}"))
         })?;
+        let num_layers = positive(&m, file, "num_hidden_layers")?;
         let moe = match arch {
-            Arch::Qwen3Moe => Some(moe_shape(&m, file, positive(&m, file, "num_hidden_layers")?)?),
+            Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next => Some(moe_shape(&m, file, num_layers)?),
             Arch::Llama | Arch::Qwen3 => None,
+        };
+        let hybrid = match arch {
+            Arch::Qwen3_5Moe | Arch::Qwen3Next => {
+                Some(HybridShape::parse(&m, file, num_layers, arch == Arch::Qwen3Next)?)
+            }
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe => None,
         };
         let config = ModelConfig::from_hf_json(text).map_err(|e| match e {
             CheckpointError::BadConfig { key, why, .. } => CheckpointError::BadConfig { file: file.into(), key, why },
@@ -143,11 +161,14 @@ impl Shape {
         })?;
         let attention_bias = flag(&m, file, "attention_bias")?;
         let mlp_bias = arch == Arch::Llama && flag(&m, file, "mlp_bias")?;
-        Ok(Shape { arch, config, attention_bias, mlp_bias, moe })
+        Ok(Shape { arch, config, attention_bias, mlp_bias, moe, hybrid })
     }
 
     /// Every tensor, in the order Hugging Face's `state_dict` lists them.
     pub fn tensors(&self) -> Vec<TensorSpec> {
+        if let (Some(hybrid), Some(moe)) = (&self.hybrid, &self.moe) {
+            return hybrid.tensors(&self.config, moe);
+        }
         let c = &self.config;
         let (hidden, vocab) = (c.hidden_size, c.vocab_size);
         let (q_dim, kv_dim) = (c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
@@ -197,13 +218,13 @@ impl Shape {
     }
 }
 
-fn spec(name: String, shape: Vec<usize>, init: Init) -> TensorSpec {
+pub(crate) fn spec(name: String, shape: Vec<usize>, init: Init) -> TensorSpec {
     TensorSpec { name, shape, init }
 }
 
 /// Appends `{prefix}.{name}.weight` [rows, cols] (std 1/√cols, which keeps each projection's
 /// output at its input's scale) for each (name, rows, cols), and its bias when `bias`.
-fn linears(out: &mut Vec<TensorSpec>, prefix: &str, layers: &[(&str, usize, usize)], bias: bool) {
+pub(crate) fn linears(out: &mut Vec<TensorSpec>, prefix: &str, layers: &[(&str, usize, usize)], bias: bool) {
     for &(name, rows, cols) in layers {
         let std = 1.0 / (cols as f64).sqrt();
         out.push(spec(format!("{prefix}.{name}.weight"), vec![rows, cols], Init::Random { std }));

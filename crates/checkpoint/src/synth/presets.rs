@@ -34,6 +34,22 @@ pub const PRESETS: &[Preset] = &[
         about: "Qwen3-MoE shape of 1.6 B (0.59 B active; 64 experts, 8 active) for benchmarks",
         config: qwen3_moe_1_6b,
     },
+    Preset {
+        name: "qwen3.5-moe-1.7b",
+        about: "Qwen3.5-MoE shape of 1.7 B for benchmarks and gates: Qwen3.5-35B-A3B's per-layer widths (hidden \
+                2048, Gated DeltaNet 16/32 heads of 128, gated attention 16/2 heads of 256, experts of 512 plus a \
+                shared expert of 512, vocab 248 320) with 8 of its 40 layers (6 linear, 2 full) and 16 of its 256 \
+                experts, 8 active (1.0 B computed per token, half of it the head)",
+        config: qwen3_5_moe_1_7b,
+    },
+    Preset {
+        name: "qwen3-next-1.3b",
+        about: "Qwen3-Next shape of 1.3 B for gates: Qwen3-Next-80B-A3B's per-layer widths (hidden 2048, fused \
+                Gated DeltaNet projections 16/32 heads of 128, gated attention 16/2 heads of 256, experts of 512 \
+                plus a shared expert of 512, vocab 151 936) with 8 of its 48 layers and 16 of its 512 experts, \
+                10 active",
+        config: qwen3_next_1_3b,
+    },
     Preset { name: "tiny-llama", about: "2-layer Llama for tests (hidden 64, vocab 512)", config: tiny_llama },
     Preset {
         name: "tiny-qwen3",
@@ -188,5 +204,58 @@ fn tiny_qwen3_moe() -> Value {
     c["num_hidden_layers"] = json!(3);
     c["max_window_layers"] = json!(3);
     c["mlp_only_layers"] = json!([1]);
+    c
+}
+
+/// The Qwen3.5 / Qwen3-Next hybrid keys: `layers` layers, every fourth full attention, and the
+/// real Gated DeltaNet and expert widths of both families.
+fn hybrid_moe(architecture: &str, model_type: &str, layers: usize, experts: usize, active: usize) -> Value {
+    let layer_types: Vec<&str> =
+        (0..layers).map(|i| if (i + 1) % 4 == 0 { "full_attention" } else { "linear_attention" }).collect();
+    json!({
+        "architectures": [architecture],
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "head_dim": 256,
+        "hidden_act": "silu",
+        "hidden_size": 2048,
+        "initializer_range": 0.02,
+        "layer_types": layer_types,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128,
+        "max_position_embeddings": 262144,
+        "model_type": model_type,
+        "moe_intermediate_size": 512,
+        "num_attention_heads": 16,
+        "num_experts": experts,
+        "num_experts_per_tok": active,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": 2,
+        "output_router_logits": false,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"partial_rotary_factor": 0.25, "rope_theta": 10000000.0, "rope_type": "default"},
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 512,
+        "tie_word_embeddings": false,
+        "use_cache": true,
+        "vocab_size": 248320
+    })
+}
+
+fn qwen3_5_moe_1_7b() -> Value {
+    hybrid_moe("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", 8, 16, 8)
+}
+
+fn qwen3_next_1_3b() -> Value {
+    let mut c = hybrid_moe("Qwen3NextForCausalLM", "qwen3_next", 8, 16, 10);
+    let m = c.as_object_mut().expect("hybrid_moe() is an object");
+    m.insert("vocab_size".into(), json!(151936));
+    m.insert("intermediate_size".into(), json!(5120));
+    m.insert("norm_topk_prob".into(), json!(true));
+    m.insert("decoder_sparse_step".into(), json!(1));
+    m.insert("mlp_only_layers".into(), json!([]));
     c
 }

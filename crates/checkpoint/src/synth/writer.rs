@@ -177,6 +177,7 @@ fn fill(buf: &mut [u8], init: Init, dtype: SynthDtype, seed: u64, hash: u64, fir
             dtype.encode(1.0, &mut one[..size]);
             bytes.chunks_exact_mut(size).for_each(|b| b.copy_from_slice(&one[..size]));
         }
+        Init::Zeros => bytes.fill(0),
         Init::Random { std } => {
             let bell = Bell::with_std(std);
             let mut s = Stream::for_chunk(seed, hash, chunk_idx as u64);

@@ -121,6 +121,19 @@ pub fn hybrid_config(checkpoint: CheckpointRef<'_>, config: &ModelConfig) -> Res
     HybridConfig::from_hf(json, config.num_hidden_layers, &file)
 }
 
+/// The text model's part of config.json (`text_config` in vision-language checkpoints) and the
+/// file's path for errors.
+pub fn text_config_json<'a, B: Backend>(
+    w: &WeightLoader<'a, B>,
+) -> Result<(&'a Map<String, Value>, String), ModelError> {
+    let json = w.checkpoint.config_json().ok_or(ModelError::Unsupported("hybrid families from GGUF files"))?;
+    let file = w.checkpoint.path().join("config.json").display().to_string();
+    match json.get("text_config") {
+        Some(Value::Object(text)) => Ok((text, file)),
+        _ => Ok((json, file)),
+    }
+}
+
 /// The common preamble of the hybrid families: refuses what they do not implement, reads the
 /// hybrid settings and the head.
 pub fn load_common<B: FullBackend>(

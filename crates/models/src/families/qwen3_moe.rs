@@ -137,7 +137,7 @@ impl Qwen3MoeConfig {
         !self.mlp_only_layers.contains(&i) && self.num_experts > 0 && (i + 1).is_multiple_of(self.decoder_sparse_step)
     }
 
-    fn spec(&self) -> MoeSpec {
+    pub(crate) fn spec(&self) -> MoeSpec {
         MoeSpec {
             num_experts: self.num_experts,
             top_k: self.num_experts_per_tok,

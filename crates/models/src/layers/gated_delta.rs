@@ -101,6 +101,47 @@ impl<B: FullBackend> GatedDeltaNet<B> {
         })
     }
 
+    /// Qwen3-Next's fused projections, grouped by key head: `in_proj_qkvz` holds, for each key
+    /// head g, `[q_g (dk) ‖ k_g (dk) ‖ v (r·dv) ‖ z (r·dv)]` with r = Hv / Hk (the v and z rows of
+    /// value heads g·r … g·r + r − 1), and `in_proj_ba` holds `[b (r) ‖ a (r)]` per key head
+    /// (transformers' `fix_query_key_value_ordering`). The rows are regrouped at load into the
+    /// q ‖ k ‖ v, z, b and a weights of the separate layout, each row copied as stored.
+    pub fn load_fused_projections(
+        w: &WeightLoader<'_, B>,
+        prefix: &str,
+        spec: &GdnSpec,
+        hidden: usize,
+    ) -> Result<GdnProjections<B>, ModelError> {
+        let h = spec.heads;
+        let (dk, r) = (h.k_head_dim, h.num_v_heads / h.num_k_heads);
+        let rv = r * h.v_head_dim;
+        let group = 2 * dk + 2 * rv;
+        let rows = |offset: usize, len: usize| -> Vec<std::ops::Range<usize>> {
+            (0..h.num_k_heads).map(|g| g * group + offset..g * group + offset + len).collect()
+        };
+        let qkv = [rows(0, dk), rows(dk, dk), rows(2 * dk, rv)].concat();
+        let qkvz = w.load_row_parts(
+            &format!("{prefix}.in_proj_qkvz.weight"),
+            h.num_k_heads * group,
+            hidden,
+            &[qkv, rows(2 * dk + rv, rv)],
+        )?;
+        let ba_rows = |offset: usize| -> Vec<std::ops::Range<usize>> {
+            (0..h.num_k_heads).map(|g| g * 2 * r + offset..g * 2 * r + offset + r).collect()
+        };
+        let ba = w.load_row_parts(
+            &format!("{prefix}.in_proj_ba.weight"),
+            2 * h.num_v_heads,
+            hidden,
+            &[ba_rows(0), ba_rows(r)],
+        )?;
+        let ([in_proj_qkv, in_proj_z], [in_proj_b, in_proj_a]) = (
+            <[_; 2]>::try_from(qkvz).unwrap_or_else(|_| unreachable!("two parts asked, two returned")),
+            <[_; 2]>::try_from(ba).unwrap_or_else(|_| unreachable!("two parts asked, two returned")),
+        );
+        Ok(GdnProjections { in_proj_qkv, in_proj_z, in_proj_b, in_proj_a })
+    }
+
     /// The rest of the layer at `prefix` (conv, gates, norm, out_proj) around `proj`.
     pub fn load(
         w: &WeightLoader<'_, B>,

@@ -26,6 +26,11 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         })
     }
 
+    /// A bias-free SwiGLU from weights already loaded (experts split out of fused tensors).
+    pub fn from_weights(gate_proj: B::Weight, up_proj: B::Weight, down_proj: B::Weight) -> Self {
+        Mlp { gate_proj, up_proj, down_proj, biases: [None, None, None] }
+    }
+
     /// x: [num_rows, hidden] → [num_rows, hidden].
     pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
         let n = x.rows();
