@@ -11,8 +11,9 @@ pub mod lane_state;
 pub mod quant;
 
 pub use backend::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps,
-    GdnHeads, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, ElementwiseOps,
+    ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps, GdnHeads, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
+    LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, SCORED_MOE_OPS, ScoredMoeOps, Shape, WeightSource,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView};
 pub use bytes::HostBytes;
