@@ -1,7 +1,7 @@
 //! Architecture name → family loader. Adding a family is one file plus one line here.
 
 use crate::CausalLm;
-use crate::families::{llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
+use crate::families::{deepseek_v4::DeepseekV4, llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_moe::Qwen3Moe};
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
 use plumb_core::{BackendError, FullBackend};
@@ -53,7 +53,7 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 
 /// Hugging Face architectures with a family.
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
-     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text)";
+     Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), DeepseekV4ForCausalLM (whole prompts, reference backend)";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -62,12 +62,17 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
         "Qwen3ForCausalLM" => Some("qwen3"),
         "Qwen3MoeForCausalLM" => Some("qwen3_moe"),
         "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Some("qwen3_5"),
+        "DeepseekV4ForCausalLM" => Some("deepseek_v4"),
         _ => None,
     }
 }
 
 /// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
-const MOE_FAMILIES: &[&str] = &["qwen3_moe"];
+const MOE_FAMILIES: &[&str] = &["qwen3_moe", "deepseek_v4"];
+
+/// Families built on the optional compressed-attention, hyper-connection and scored-router op
+/// groups (`Backend::compressed_attention_ops`, `hyper_connection_ops`, `scored_moe_ops`).
+const COMPRESSED_ATTENTION_FAMILIES: &[&str] = &["deepseek_v4"];
 
 /// Families built on the optional Gated DeltaNet op group (`Backend::gated_delta_ops`).
 const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5"];
@@ -130,6 +135,18 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         let needed_by = format!("the `{family}` family");
         return Err(BackendError::MissingOpGroup { backend: backend.name(), group: "Gated DeltaNet", needed_by }.into());
     }
+    if COMPRESSED_ATTENTION_FAMILIES.contains(&family) {
+        for (missing, group) in [
+            (backend.compressed_attention_ops().is_none(), "compressed sparse attention"),
+            (backend.hyper_connection_ops().is_none(), "hyper-connection"),
+            (backend.scored_moe_ops().is_none(), "scored-router"),
+        ] {
+            if missing {
+                let needed_by = format!("the `{family}` family");
+                return Err(BackendError::MissingOpGroup { backend: backend.name(), group, needed_by }.into());
+            }
+        }
+    }
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
@@ -139,6 +156,7 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         "qwen3" => Ok(Box::new(Qwen3::load(&loader, config)?)),
         "qwen3_moe" => Ok(Box::new(Qwen3Moe::load(&loader, config)?)),
         "qwen3_5" => Ok(Box::new(Qwen3_5::load(&loader, config)?)),
+        "deepseek_v4" => Ok(Box::new(DeepseekV4::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }
