@@ -287,6 +287,73 @@ mod tests {
         assert_eq!(ids, [1, 3, 0, 0, -1, -1, 0, 1, 2]);
     }
 
+    /// Deterministic pseudo-random values in [−1, 1).
+    fn noise(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entries_resumed_from_the_previous_window_equal_the_whole_pass_bit_for_bit() {
+        // The lane-state design keeps only the previous window's rows across steps; entries built
+        // from them must be the very entries of one pass over the whole sequence.
+        let b = RefBackend::<f64>::new(1);
+        let (m, d, windows) = (4, 3, 6);
+        let kv = t(windows * m, 2 * d, noise(windows * m * 2 * d, 1));
+        let gate = t(windows * m, 2 * d, noise(windows * m * 2 * d, 2));
+        let (ape, norm) = (t(m, 2 * d, noise(m * 2 * d, 3)), t(1, d, noise(d, 4)));
+        let whole_c = Compression { ratio: m, overlap: true, prev_window: false };
+        let mut whole = b.tensor(windows, d);
+        b.compress_kv(&kv, &gate, &ape, &norm, 1e-6, whole_c, &mut whole);
+        for first in 1..windows {
+            let rows: Vec<u32> = ((first - 1) * m..windows * m).map(|r| r as u32).collect();
+            let (mut kv_tail, mut gate_tail) = (b.tensor(rows.len(), 2 * d), b.tensor(rows.len(), 2 * d));
+            crate::LinearOps::gather_rows(&b, &kv, &rows, &mut kv_tail);
+            crate::LinearOps::gather_rows(&b, &gate, &rows, &mut gate_tail);
+            let mut tail = b.tensor(windows - first, d);
+            b.compress_kv(
+                &kv_tail,
+                &gate_tail,
+                &ape,
+                &norm,
+                1e-6,
+                Compression { prev_window: true, ..whole_c },
+                &mut tail,
+            );
+            assert_eq!(tail.data, whole.data[first * d..], "entries from window {first} on");
+        }
+    }
+
+    #[test]
+    fn a_rows_selection_depends_on_nothing_but_its_visible_entries() {
+        // Entries past a row's visibility must not move its choice, nor may the other rows of
+        // the batch: the row alone, with only its visible entries or all of them, chooses alike.
+        let b = RefBackend::<f64>::new(1);
+        let (heads, d, entries) = (2, 4, 9);
+        let keys = t(entries, d, noise(entries * d, 5));
+        let q = t(3, heads * d, noise(3 * heads * d, 6));
+        let w = t(3, heads, noise(3 * heads, 7));
+        let visible = [2, 5, 9];
+        let batch = b.indexer_topk(&q, &keys, &w, &visible, 3, 0.5, 0.7);
+        for r in 0..3 {
+            let one = |rows: usize| {
+                let qr = t(1, heads * d, q.data[r * heads * d..(r + 1) * heads * d].to_vec());
+                let wr = t(1, heads, w.data[r * heads..(r + 1) * heads].to_vec());
+                let kr = t(rows, d, keys.data[..rows * d].to_vec());
+                b.indexer_topk(&qr, &kr, &wr, &[visible[r]], 3, 0.5, 0.7)
+            };
+            assert_eq!(one(visible[r] as usize), batch[r * 3..(r + 1) * 3], "row {r} alone, only its entries");
+            assert_eq!(one(entries), batch[r * 3..(r + 1) * 3], "row {r} alone, all entries");
+        }
+        assert_eq!(batch[3..6].iter().filter(|&&i| i >= 0).count(), 3);
+        assert_eq!(&batch[..3], &[batch[0], batch[1], -1], "two visible entries, then none");
+    }
+
     #[test]
     fn sink_attention_by_hand() {
         let b = RefBackend::<f64>::new(1);
