@@ -255,3 +255,44 @@ fn a_backend_without_the_op_groups_is_refused_before_loading() {
         .expect("the CPU backend has no compressed-attention kernels yet");
     assert!(err.to_string().contains("compressed sparse attention"), "{err}");
 }
+
+#[test]
+fn each_attention_layer_type_matches_transformers() {
+    use plumb_models::layers::compressed_attention::{AttentionKind, AttentionSpec, CompressedAttention, RopeTables};
+    use plumb_models::layers::loader::WeightLoader;
+    let m = manifest();
+    let b = B::new(1);
+    let ckpt = HfCheckpoint::open(fixture().join("hf")).unwrap();
+    let w = WeightLoader::new(&ckpt, &b);
+    let main: Vec<f64> = (0..4).map(|i| 1.0 / 10000f64.powf(i as f64 / 4.0)).collect();
+    let compress = yarn_inv_freq(160000.0, 8, 4.0, 64.0, 32.0, 1.0);
+    let csa = AttentionKind::Csa { ratio: 4, index_heads: 2, index_head_dim: 16, top_k: 2 };
+    let kinds = [AttentionKind::Sliding, csa, AttentionKind::Hca { ratio: 8 }, csa];
+    for (i, kind) in kinds.into_iter().enumerate() {
+        let name = format!("model.layers.{i}.self_attn");
+        let x = traced(&m, &name, "input", 0);
+        let n = x.len() / 64;
+        let spec = AttentionSpec {
+            hidden: 64,
+            num_heads: 4,
+            head_dim: 32,
+            q_lora_rank: 32,
+            o_groups: 2,
+            o_lora_rank: 16,
+            sliding_window: 8,
+            eps: 1e-6,
+            kind,
+        };
+        let attn = CompressedAttention::load(&w, &format!("model.layers.{i}.attn"), spec).unwrap();
+        let tokens = vec![0u32; n];
+        let batch = ForwardBatch::single_lane(&tokens, 0, 16, vec![0; n.div_ceil(16)]);
+        let (t_main, t_compress) = (
+            plumb_core::RopeOps::rope_table(&b, &batch.positions, &main),
+            plumb_core::RopeOps::rope_table(&b, &batch.positions, &compress),
+        );
+        let rope = RopeTables { main: &t_main, compress: &t_compress, compress_inv_freq: &compress };
+        let out = attn.forward(&b, &tensor(n, 64, x), &batch, &rope, i, &mut None);
+        let err = max_rel(&out.data, &traced(&m, &name, "output", 0));
+        assert!(err < 1e-13, "layer {i} ({kind:?}) attention: {err:e}");
+    }
+}
