@@ -6,15 +6,18 @@
 //! Only `linear` uses threads, splitting outputs (never a sum) so results do not depend on them.
 #![forbid(unsafe_code)]
 
+mod compressed;
 mod float;
 mod gdn;
+mod hyper;
 mod moe;
 
 pub use float::RefFloat;
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, KvSpec, LaneStateOps,
-    LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps, Shape, WeightSource, dequantize,
+    AttentionOps, Backend, BackendError, CompressedAttentionOps, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType,
+    HyperConnectionOps, KvSpec, LaneStateOps, LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps, ScoredMoeOps,
+    Shape, WeightSource, dequantize,
 };
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -141,6 +144,25 @@ impl<T: RefFloat> Backend for RefBackend<T> {
     fn lane_state_ops(
         &self,
     ) -> Option<&dyn LaneStateOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
+        Some(self)
+    }
+
+    fn compressed_attention_ops(
+        &self,
+    ) -> Option<&dyn CompressedAttentionOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>>
+    {
+        Some(self)
+    }
+
+    fn hyper_connection_ops(
+        &self,
+    ) -> Option<&dyn HyperConnectionOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
+        Some(self)
+    }
+
+    fn scored_moe_ops(
+        &self,
+    ) -> Option<&dyn ScoredMoeOps<Tensor = RefTensor<T>, Weight = RefTensor<T>, KvCache = RefKvCache<T>>> {
         Some(self)
     }
 }

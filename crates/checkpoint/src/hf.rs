@@ -194,7 +194,10 @@ impl<'a> CheckpointRef<'a> {
                 let Some((file, info)) = h.weights.tensor(hf_name) else { return Ok(None) };
                 let ty = info.dtype.ggml().ok_or_else(|| CheckpointError::BadSafetensors {
                     path: file.path().to_path_buf(),
-                    why: format!("tensor `{hf_name}` is {:?}; plumb loads F32, F16 and BF16 weights", info.dtype),
+                    why: format!(
+                        "tensor `{hf_name}` is {:?}; plumb loads F32, F16 and BF16 weights and I64 tables",
+                        info.dtype
+                    ),
                 })?;
                 let (rows, cols) = match info.shape.as_slice() {
                     [] => (1, 1),

@@ -135,6 +135,46 @@ const FAMILY_KEYS: &[(&str, &str, &[&str])] = &[
             "router_aux_loss_coef",
         ],
     ),
+    (
+        "DeepseekV4ForCausalLM",
+        "deepseek_v4",
+        &[
+            "attention_bias",
+            "mlp_bias",
+            "partial_rotary_factor",
+            "qk_rope_head_dim",
+            // Attention, compressors, indexer, hyper-connections and experts, read by the family
+            // (plumb_models::families::deepseek_v4).
+            "layer_types",
+            "mlp_layer_types",
+            "sliding_window",
+            "compress_rates",
+            "compress_rope_theta",
+            "q_lora_rank",
+            "o_groups",
+            "o_lora_rank",
+            "index_n_heads",
+            "index_head_dim",
+            "index_topk",
+            "hc_mult",
+            "hc_sinkhorn_iters",
+            "hc_eps",
+            "moe_intermediate_size",
+            "n_routed_experts",
+            "n_shared_experts",
+            "num_experts_per_tok",
+            "scoring_func",
+            "norm_topk_prob",
+            "routed_scaling_factor",
+            "swiglu_limit",
+            // The multi-token-prediction layer count (its weights are refused or ignored by name).
+            "num_nextn_predict_layers",
+            // Training only: the router's auxiliary loss and jitter.
+            "output_router_logits",
+            "router_aux_loss_coef",
+            "router_jitter_noise",
+        ],
+    ),
 ];
 
 /// Architectures whose transformers config defaults `partial_rotary_factor` to 0.25 when the
@@ -227,6 +267,9 @@ impl ModelConfig {
         // stands in for it (the parameter-count reports read it).
         let intermediate_size = match (size(&m, "intermediate_size")?, text_arch) {
             (None, "Qwen3_5MoeForCausalLM") => req_size(&m, "moe_intermediate_size")?,
+            // DeepSeek V4 names its expert width only `moe_intermediate_size` (transformers maps
+            // `intermediate_size` onto it).
+            (_, "DeepseekV4ForCausalLM") => req_size(&m, "moe_intermediate_size")?,
             (s, _) => s.ok_or_else(|| bad("intermediate_size", "is missing"))?,
         };
         let config = ModelConfig {

@@ -66,12 +66,14 @@ impl StDtype {
         }
     }
 
-    /// The weight type a backend loads, for the types plumb computes with.
+    /// The weight type a backend loads, for the types plumb computes with (and integer tables).
     pub fn ggml(self) -> Option<GgmlType> {
         match self {
             StDtype::F32 => Some(GgmlType::F32),
             StDtype::F16 => Some(GgmlType::F16),
             StDtype::BF16 => Some(GgmlType::BF16),
+            // Integer tables (DeepSeek V4's token → experts map), read on the host, never a weight.
+            StDtype::I64 => Some(GgmlType::I64),
             _ => None,
         }
     }

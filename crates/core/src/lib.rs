@@ -12,9 +12,10 @@ pub mod pick;
 pub mod quant;
 
 pub use backend::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps,
-    GdnHeads, LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, Shape,
-    WeightSource,
+    AttentionOps, Backend, BackendError, COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, ElementwiseOps,
+    ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps, GdnHeads, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
+    LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, SCORED_MOE_OPS, ScoredMoeOps,
+    Shape, WeightSource,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView, StateSnapshot};
 pub use bytes::HostBytes;

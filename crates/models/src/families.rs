@@ -1,5 +1,6 @@
 //! One file per model family.
 
+pub mod deepseek_v4;
 pub mod llama;
 pub mod qwen3;
 pub mod qwen3_5;

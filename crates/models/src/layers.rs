@@ -1,6 +1,7 @@
 //! Shared layers. Each takes its weights by Hugging Face name through a `WeightLoader`.
 
 pub mod attention;
+pub mod compressed_attention;
 pub mod decoder;
 pub mod gated_attention;
 pub mod gated_delta;
@@ -9,3 +10,4 @@ pub mod loader;
 pub mod mlp;
 pub mod moe;
 pub mod rope;
+pub mod scored_moe;

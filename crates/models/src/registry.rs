@@ -2,7 +2,8 @@
 
 use crate::CausalLm;
 use crate::families::{
-    llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_5_moe::Qwen3_5Moe, qwen3_moe::Qwen3Moe, qwen3_next::Qwen3Next,
+    deepseek_v4::DeepseekV4, llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_5_moe::Qwen3_5Moe, qwen3_moe::Qwen3Moe,
+    qwen3_next::Qwen3Next,
 };
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
@@ -56,7 +57,8 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 /// Hugging Face architectures with a family.
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3_5MoeForCausalLM, \
-     Qwen3_5MoeForConditionalGeneration (text), Qwen3NextForCausalLM";
+     Qwen3_5MoeForConditionalGeneration (text), Qwen3NextForCausalLM, \
+     DeepseekV4ForCausalLM (whole prompts, reference backend)";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -67,12 +69,17 @@ pub fn family_of(architecture: &str) -> Option<&'static str> {
         "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Some("qwen3_5"),
         "Qwen3_5MoeForCausalLM" | "Qwen3_5MoeForConditionalGeneration" => Some("qwen3_5_moe"),
         "Qwen3NextForCausalLM" => Some("qwen3_next"),
+        "DeepseekV4ForCausalLM" => Some("deepseek_v4"),
         _ => None,
     }
 }
 
 /// Families built on the optional mixture-of-experts op group (`Backend::moe_ops`).
-const MOE_FAMILIES: &[&str] = &["qwen3_moe", "qwen3_5_moe", "qwen3_next"];
+const MOE_FAMILIES: &[&str] = &["qwen3_moe", "qwen3_5_moe", "qwen3_next", "deepseek_v4"];
+
+/// Families built on the optional compressed-attention, hyper-connection and scored-router op
+/// groups (`Backend::compressed_attention_ops`, `hyper_connection_ops`, `scored_moe_ops`).
+const COMPRESSED_ATTENTION_FAMILIES: &[&str] = &["deepseek_v4"];
 
 /// Families built on the optional Gated DeltaNet op group (`Backend::gated_delta_ops`).
 const GATED_DELTA_FAMILIES: &[&str] = &["qwen3_5", "qwen3_5_moe", "qwen3_next"];
@@ -163,6 +170,18 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         let needed_by = format!("the `{family}` family");
         return Err(BackendError::MissingOpGroup { backend: backend.name(), group: "Gated DeltaNet", needed_by }.into());
     }
+    if COMPRESSED_ATTENTION_FAMILIES.contains(&family) {
+        for (missing, group) in [
+            (backend.compressed_attention_ops().is_none(), "compressed sparse attention"),
+            (backend.hyper_connection_ops().is_none(), "hyper-connection"),
+            (backend.scored_moe_ops().is_none(), "scored-router"),
+        ] {
+            if missing {
+                let needed_by = format!("the `{family}` family");
+                return Err(BackendError::MissingOpGroup { backend: backend.name(), group, needed_by }.into());
+            }
+        }
+    }
     if let Some(experimental) = experimental {
         check_gate(family, backend.kind(), experimental, &checkpoint.path().display().to_string())?;
     }
@@ -174,6 +193,7 @@ pub fn load_model_with<'a, B: FullBackend + 'static>(
         "qwen3_5" => Ok(Box::new(Qwen3_5::load(&loader, config)?)),
         "qwen3_5_moe" => Ok(Box::new(Qwen3_5Moe::load(&loader, config)?)),
         "qwen3_next" => Ok(Box::new(Qwen3Next::load(&loader, config)?)),
+        "deepseek_v4" => Ok(Box::new(DeepseekV4::load(&loader, config)?)),
         _ => Err(ModelError::UnsupportedArchitecture(config.architecture)),
     }
 }

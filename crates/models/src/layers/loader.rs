@@ -123,6 +123,19 @@ impl<'a, B: Backend> WeightLoader<'a, B> {
         Ok(out)
     }
 
+    /// An integer table (I64 in the checkpoint) on the host, as [rows, cols] values.
+    pub fn load_host_i64(&self, hf_name: &str) -> Result<(Vec<i64>, usize, usize), ModelError> {
+        let v = self.view(hf_name)?;
+        if v.ty != plumb_core::GgmlType::I64 || v.data.len() != v.rows * v.cols * 8 {
+            return Err(ModelError::BadValue {
+                name: hf_name.into(),
+                why: format!("is {}, expected an I64 table", v.ty),
+            });
+        }
+        let values = v.data.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+        Ok((values, v.rows, v.cols))
+    }
+
     /// Ends loading: every tensor of the checkpoint must have been consumed or be named in
     /// `ignored` (Hugging Face names, `model.layers.*.` standing for every layer, a trailing `.*`
     /// for everything under a prefix; each with a reason where the family lists it).
