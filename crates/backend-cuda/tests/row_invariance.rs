@@ -221,6 +221,7 @@ fn filled_cache(
             slot_mapping: all.slot_mapping[start..end].to_vec(),
             lanes: lanes.to_vec(),
             state_slots: vec![],
+            state_snapshots: vec![],
             logits_rows: vec![],
             block_size: spec.block_size,
         };

@@ -2,8 +2,8 @@
 
 use crate::CausalLm;
 use crate::families::{
-    deepseek_v4::DeepseekV4, llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_5_moe::Qwen3_5Moe, qwen3_moe::Qwen3Moe,
-    qwen3_next::Qwen3Next,
+    deepseek_v4::DeepseekV4, llama::Llama, qwen3::Qwen3, qwen3_5::Qwen3_5, qwen3_5_moe::Qwen3_5Moe,
+    qwen3_moe::Qwen3Moe, qwen3_next::Qwen3Next,
 };
 use crate::layers::loader::WeightLoader;
 use plumb_checkpoint::{CheckpointError, CheckpointRef};
