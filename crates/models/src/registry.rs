@@ -207,13 +207,14 @@ mod tests {
         // Every family plumb has is gated on the CPU; a family added later is not until it passes.
         let cpu = check_gate("new_family", "cpu", "", "model.gguf").unwrap_err().to_string();
         assert!(cpu.contains("`plumb check --model model.gguf --device cpu`"), "{cpu}");
-        let cuda = check_gate("qwen3", "cuda", "", "model.gguf").unwrap_err().to_string();
+        let cuda = check_gate("qwen3_moe", "cuda", "", "model.gguf").unwrap_err().to_string();
         assert!(cuda.contains("`plumb check --model model.gguf --device cuda`"), "{cuda}");
         let other = check_gate("llama", "metal", "", "model.gguf").unwrap_err().to_string();
         assert!(!other.contains("plumb check"), "no command that cannot work: {other}");
         assert!(other.contains("PLUMB_EXPERIMENTAL=llama"), "{other}");
         assert!(check_gate("llama", "cpu", "", "m").is_ok());
         assert!(check_gate("qwen3", "cpu", "", "m").is_ok());
+        assert!(check_gate("qwen3", "cuda", "", "m").is_ok());
         assert!(check_gate("qwen3_moe", "cpu", "", "m").is_ok());
         assert!(check_gate("qwen3_moe", "cuda", "x, qwen3_moe", "m").is_ok());
         assert!(check_gate("qwen3_moe", "cuda", "", "m").is_err());
