@@ -80,6 +80,14 @@ fn the_hybrid_presets_have_the_hugging_face_tensors() {
     assert_eq!(shape(&next, "model.layers.2.linear_attn.in_proj_ba.weight"), Some(vec![64, 2048]));
     assert_eq!(next.shape.config.rope_dim, 64);
     assert!(next.tensors.iter().all(|t| !t.name.contains("layers.4.")), "--layers 4 keeps four layers");
+    // Dense Qwen3.5: a SwiGLU after every mixer, a tied head, 16 value heads.
+    let dense = SynthPlan::preset("qwen3.5-0.8b", SynthOptions::default()).unwrap();
+    assert_eq!(shape(&dense, "model.layers.0.linear_attn.in_proj_qkv.weight"), Some(vec![6144, 1024]));
+    assert_eq!(shape(&dense, "model.layers.23.self_attn.q_proj.weight"), Some(vec![4096, 1024]));
+    assert_eq!(shape(&dense, "model.layers.23.mlp.down_proj.weight"), Some(vec![1024, 3584]));
+    assert_eq!(shape(&dense, "lm_head.weight"), None, "tied head");
+    assert!(dense.tensors.iter().all(|t| !t.name.contains("expert")));
+    assert_eq!(dense.tensors.iter().filter(|t| t.name.ends_with("linear_attn.A_log")).count(), 18);
 }
 
 #[test]

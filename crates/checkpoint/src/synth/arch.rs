@@ -9,7 +9,7 @@ use crate::hparams::ModelConfig;
 use serde_json::{Map, Value};
 
 /// Architectures `plumb synth` writes.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
 
 /// How one architecture lays out its tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub enum Arch {
     Qwen3,
     /// Qwen3-MoE: Qwen3's attention; sparse layers hold a router and per-expert SwiGLUs.
     Qwen3Moe,
+    /// Qwen3.5 (dense): Gated DeltaNet and gated full attention, each followed by a SwiGLU.
+    Qwen3_5,
     /// Qwen3.5-MoE: Gated DeltaNet and gated full attention, experts plus a gated shared expert.
     Qwen3_5Moe,
     /// Qwen3-Next: Qwen3.5-MoE's layers with fused DeltaNet projections and optional dense layers.
@@ -34,6 +36,7 @@ impl Arch {
             "MistralForCausalLM" => (Arch::Llama, "mistral"),
             "Qwen3ForCausalLM" => (Arch::Qwen3, "qwen3"),
             "Qwen3MoeForCausalLM" => (Arch::Qwen3Moe, "qwen3_moe"),
+            "Qwen3_5ForCausalLM" => (Arch::Qwen3_5, "qwen3_5_text"),
             "Qwen3_5MoeForCausalLM" => (Arch::Qwen3_5Moe, "qwen3_5_moe_text"),
             "Qwen3NextForCausalLM" => (Arch::Qwen3Next, "qwen3_next"),
             _ => return None,
@@ -147,10 +150,10 @@ impl Shape {
         let num_layers = positive(&m, file, "num_hidden_layers")?;
         let moe = match arch {
             Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next => Some(moe_shape(&m, file, num_layers)?),
-            Arch::Llama | Arch::Qwen3 => None,
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3_5 => None,
         };
         let hybrid = match arch {
-            Arch::Qwen3_5Moe | Arch::Qwen3Next => {
+            Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next => {
                 Some(HybridShape::parse(&m, file, num_layers, arch == Arch::Qwen3Next)?)
             }
             Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe => None,
@@ -166,8 +169,8 @@ impl Shape {
 
     /// Every tensor, in the order Hugging Face's `state_dict` lists them.
     pub fn tensors(&self) -> Vec<TensorSpec> {
-        if let (Some(hybrid), Some(moe)) = (&self.hybrid, &self.moe) {
-            return hybrid.tensors(&self.config, moe);
+        if let Some(hybrid) = &self.hybrid {
+            return hybrid.tensors(&self.config, self.moe.as_ref());
         }
         let c = &self.config;
         let (hidden, vocab) = (c.hidden_size, c.vocab_size);

@@ -1,7 +1,7 @@
-//! The tensors of the hybrid linear-attention architectures `plumb synth` writes (Qwen3.5-MoE,
-//! Qwen3-Next): Gated DeltaNet layers and gated full-attention layers as `layer_types` says, each
-//! followed by a mixture of experts with a gated shared expert (or, in Qwen3-Next's
-//! `mlp_only_layers`, a dense SwiGLU), named and shaped as transformers saves them (experts one
+//! The tensors of the hybrid linear-attention architectures `plumb synth` writes (Qwen3.5,
+//! Qwen3.5-MoE, Qwen3-Next): Gated DeltaNet layers and gated full-attention layers as
+//! `layer_types` says, each followed by a mixture of experts with a gated shared expert (or, in
+//! dense Qwen3.5 and Qwen3-Next's `mlp_only_layers`, a dense SwiGLU), named and shaped as transformers saves them (experts one
 //! SwiGLU each). Norms that multiply by `1 + w` start at zero, so every norm starts as identity.
 
 use super::arch::{Init, MoeShape, TensorSpec, linears, spec};
@@ -89,8 +89,8 @@ impl HybridShape {
         Ok(s)
     }
 
-    /// Every tensor of the model, in `state_dict` order.
-    pub fn tensors(&self, c: &ModelConfig, moe: &MoeShape) -> Vec<TensorSpec> {
+    /// Every tensor of the model, in `state_dict` order; `moe` is `None` for a dense model.
+    pub fn tensors(&self, c: &ModelConfig, moe: Option<&MoeShape>) -> Vec<TensorSpec> {
         let (hidden, vocab) = (c.hidden_size, c.vocab_size);
         let mut out = Vec::new();
         linears(&mut out, "model", &[("embed_tokens", vocab, hidden)], false);
@@ -105,7 +105,7 @@ impl HybridShape {
             let swiglu =
                 |inter: usize| [("gate_proj", inter, hidden), ("up_proj", inter, hidden), ("down_proj", hidden, inter)];
             let mlp = format!("{p}.mlp");
-            if moe.is_sparse(i) {
+            if let Some(moe) = moe.filter(|moe| moe.is_sparse(i)) {
                 linears(&mut out, &mlp, &[("gate", moe.num_experts, hidden)], false);
                 for e in 0..moe.num_experts {
                     linears(&mut out, &format!("{mlp}.experts.{e}"), &swiglu(moe.moe_intermediate_size), false);

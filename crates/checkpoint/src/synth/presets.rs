@@ -35,6 +35,12 @@ pub const PRESETS: &[Preset] = &[
         config: qwen3_moe_1_6b,
     },
     Preset {
+        name: "qwen3.5-0.8b",
+        about: "Qwen3.5-0.8B's text model (0.75 B, tied head; 24 layers, 18 Gated DeltaNet of 16/16 heads of 128 and 6 \
+                gated attention of 8/2 heads of 256, hidden 1024, FFN 3584, vocab 248 320)",
+        config: qwen3_5_0_8b,
+    },
+    Preset {
         name: "qwen3.5-moe-1.7b",
         about: "Qwen3.5-MoE shape of 1.7 B for benchmarks and gates: Qwen3.5-35B-A3B's per-layer widths (hidden \
                 2048, Gated DeltaNet 16/32 heads of 128, gated attention 16/2 heads of 256, experts of 512 plus a \
@@ -243,6 +249,24 @@ fn hybrid_moe(architecture: &str, model_type: &str, layers: usize, experts: usiz
         "use_cache": true,
         "vocab_size": 248320
     })
+}
+
+/// Qwen3.5-0.8B's text model (hyper-parameters as its checkpoint's `text_config` has them).
+fn qwen3_5_0_8b() -> Value {
+    let mut c = hybrid_moe("Qwen3_5ForCausalLM", "qwen3_5_text", 24, 1, 1);
+    let m = c.as_object_mut().expect("hybrid_moe() is an object");
+    for key in
+        ["moe_intermediate_size", "num_experts", "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits"]
+    {
+        m.remove(key);
+    }
+    m.remove("shared_expert_intermediate_size");
+    m.insert("hidden_size".into(), json!(1024));
+    m.insert("intermediate_size".into(), json!(3584));
+    m.insert("num_attention_heads".into(), json!(8));
+    m.insert("linear_num_value_heads".into(), json!(16));
+    m.insert("tie_word_embeddings".into(), json!(true));
+    c
 }
 
 fn qwen3_5_moe_1_7b() -> Value {

@@ -116,7 +116,7 @@ impl SynthTokenizer {
     pub fn new(arch: Arch, vocab_size: usize, file: &str) -> Result<Self, CheckpointError> {
         let style = match arch {
             Arch::Llama => &LLAMA3,
-            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next => &CHATML,
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next => &CHATML,
         };
         let least = 256 + style.specials.len();
         if vocab_size < least {
