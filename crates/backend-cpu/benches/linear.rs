@@ -7,7 +7,9 @@
 //! Settings (environment): BENCH_ROWS=1,8 (row counts), BENCH_STEPS=15 (steps per row count),
 //! BENCH_THREADS=0 (all cores), BENCH_DISTINCT=30 (distinct layers; 1 runs one layer's weights 30
 //! times, which mostly stay in cache: the kernels' compute cost alone), BENCH_HEAD=1 (0 skips the
-//! output head).
+//! output head), BENCH_TYPE=Q4_1 and BENCH_HEAD_TYPE=Q8_0 (the projections' and the head's formats,
+//! e.g. Q4_K and Q6_K as in a Q4_K_M file), BENCH_SHAPE=smollm2 (or `wide`: hidden 2048, FFN 768,
+//! KV 512, vocab 151936, widths that K-quants' 256-element super-blocks divide).
 
 use plumb_backend_cpu::{CpuBackend, CpuTensor, CpuWeight};
 use plumb_core::{Backend, GgmlType, HostBytes, LinearOps, WeightSource};
@@ -43,9 +45,19 @@ fn main() {
     let row_counts: Vec<usize> = env("BENCH_ROWS", "1,2,4,8,16,32").split(',').map(|s| s.parse().unwrap()).collect();
     let steps: usize = env("BENCH_STEPS", "15").parse().unwrap();
     let b = CpuBackend::new(env("BENCH_THREADS", "0").parse().unwrap());
-    let (hidden, inter, kv, vocab, layers) = (576, 1536, 192, 49152, 30);
+    let (hidden, inter, kv, vocab, layers) = match env("BENCH_SHAPE", "smollm2").as_str() {
+        "wide" => (2048, 768, 512, 151936, 30),
+        _ => (576, 1536, 192, 49152, 30),
+    };
     let mut seed = 1u64;
-    let q = GgmlType::Q4_1;
+    let format = |name: &str, default: &str| -> GgmlType {
+        let v = env(name, default);
+        GgmlType::DEQUANTIZABLE
+            .into_iter()
+            .find(|t| t.to_string().eq_ignore_ascii_case(&v))
+            .unwrap_or_else(|| panic!("{name}={v}: not a format"))
+    };
+    let (q, head_ty) = (format("BENCH_TYPE", "Q4_1"), format("BENCH_HEAD_TYPE", "Q8_0"));
     let distinct: usize = env("BENCH_DISTINCT", "30").parse().unwrap();
     let with_head = env("BENCH_HEAD", "1") != "0";
     let model: Vec<[CpuWeight; 7]> = (0..distinct.clamp(1, layers))
@@ -61,8 +73,8 @@ fn main() {
             ]
         })
         .collect();
-    let head = weight(&b, GgmlType::Q8_0, vocab, hidden, &mut seed);
-    println!("{} — linear layers of one SmolLM2-135M step", b.name());
+    let head = weight(&b, head_ty, vocab, hidden, &mut seed);
+    println!("{} — linear layers of one step: {q} projections, {head_ty} head of {vocab}x{hidden}", b.name());
     for &rows in &row_counts {
         let x = |cols: usize| CpuTensor {
             rows,

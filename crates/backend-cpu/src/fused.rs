@@ -1,6 +1,7 @@
 //! The decode-side `linear` kernel: a few activation rows multiplied straight from quantized
 //! blocks. Each 32-weight block is dequantized once into registers (`weights::Fused`; K-quant
-//! super-blocks decode their scales once per 256 weights) and then
+//! super-blocks decode their scales once per 256 weights and unpack the sub-blocks that share
+//! bytes together) and then
 //! multiplied into the accumulators of every row of a group (up to `GROUP` rows × a few weight
 //! rows held in registers, like a GEMM micro-kernel whose B operand is unpacked on the fly), so
 //! adding rows adds FMAs, not unpacking or weight traffic.
@@ -134,11 +135,14 @@ fn micro<S: F32x16, F: Fused, const R: usize, const C: usize>(
             blocks[c] = &cols[c][sb * F::BYTES..(sb + 1) * F::BYTES];
             heads[c] = F::header::<S>(blocks[c]);
         }
-        for (sub, xb) in xsb.iter().enumerate() {
+        for (g, xg) in xsb.chunks_exact(F::GROUP).enumerate() {
             for c in 0..C {
-                let [w0, w1] = F::sub::<S>(blocks[c], &heads[c], sub);
-                for (acc_r, x) in acc.iter_mut().zip(xb) {
-                    acc_r[c] = S::load(&x[16..]).fma(w1, S::load(x).fma(w0, acc_r[c]));
+                let mut wv = [S::zero(); 8];
+                F::group::<S>(blocks[c], &heads[c], g, &mut wv);
+                for (s, xb) in xg.iter().enumerate() {
+                    for (acc_r, x) in acc.iter_mut().zip(xb) {
+                        acc_r[c] = S::load(&x[16..]).fma(wv[2 * s + 1], S::load(x).fma(wv[2 * s], acc_r[c]));
+                    }
                 }
             }
         }

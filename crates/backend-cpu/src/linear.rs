@@ -167,6 +167,8 @@ fn expand_tile<S: F32x16>(w: &CpuWeight, m0: usize, c: usize, tile: &mut [f32]) 
             GgmlType::Q4_0 => weights::row::<S, weights::Q4_0>(src, dst),
             GgmlType::Q4_1 => weights::row::<S, weights::Q4_1>(src, dst),
             GgmlType::Q8_0 => weights::row::<S, weights::Q8_0>(src, dst),
+            GgmlType::Q4_K => weights::row_fused::<S, weights::Q4K>(src, dst),
+            GgmlType::Q6_K => weights::row_fused::<S, weights::Q6K>(src, dst),
             _ => crate::dequant::dequant_row_kernel::<S>(w.ty, src, dst),
         }
     }

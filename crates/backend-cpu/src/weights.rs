@@ -2,9 +2,8 @@
 //! For Q4_0 and Q8_0 they equal exact dequantization; for Q4_1 each weight is
 //! `fma(q, d, m)` — one rounding instead of the reference dequantizer's two, so it is at least as
 //! accurate. Every linear path (fused decode, tiled prefill) takes its weights from here, which
-//! is what keeps them bit-identical to each other. Q4_K and Q6_K weights (256-element
-//! super-blocks) are computed with exactly the operations of `dequant::dequant_row_kernel`, which
-//! the tiled path expands them with.
+//! is what keeps them bit-identical to each other. Q4_K weights (256-element super-blocks) are
+//! likewise one FMA, `q · (d · scale) − dmin · min`; Q6_K weights equal exact dequantization.
 
 use crate::simd::F32x16;
 
@@ -49,14 +48,19 @@ impl Block32 for Q8_0 {
 }
 
 /// A format the fused decode kernel reads: super-blocks of `SUBS` 32-weight sub-blocks,
-/// `BYTES` each, whose header (the scales) is decoded once per super-block and column.
+/// `BYTES` each, whose header (the scales) is decoded once per super-block and column, and
+/// whose weights come `GROUP` sub-blocks at a time (sub-blocks that share packed bytes are
+/// unpacked together).
 pub trait Fused {
     const BYTES: usize;
     const SUBS: usize;
+    /// Sub-blocks `group` yields per call (1, 2 or 4).
+    const GROUP: usize;
     type Header: Copy + Default;
     fn header<S: F32x16>(b: &[u8]) -> Self::Header;
-    /// The 32 weights of sub-block `sub` of super-block `b`.
-    fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2];
+    /// The weights of sub-blocks `g·GROUP .. (g + 1)·GROUP` of super-block `b`, into
+    /// `out[..2·GROUP]` in weight order (16 per vector).
+    fn group<S: F32x16>(b: &[u8], h: &Self::Header, g: usize, out: &mut [S; 8]);
 }
 
 macro_rules! fused_block32 {
@@ -64,12 +68,13 @@ macro_rules! fused_block32 {
         impl Fused for $t {
             const BYTES: usize = <$t as Block32>::BYTES;
             const SUBS: usize = 1;
+            const GROUP: usize = 1;
             type Header = ();
             #[inline(always)]
             fn header<S: F32x16>(_: &[u8]) {}
             #[inline(always)]
-            fn sub<S: F32x16>(b: &[u8], _: &(), _: usize) -> [S; 2] {
-                <$t as Block32>::weights::<S>(b)
+            fn group<S: F32x16>(b: &[u8], _: &(), _: usize, out: &mut [S; 8]) {
+                [out[0], out[1]] = <$t as Block32>::weights::<S>(b);
             }
         }
     )*};
@@ -82,7 +87,9 @@ pub struct Q6K;
 impl Fused for Q4K {
     const BYTES: usize = 144;
     const SUBS: usize = 8;
-    /// (d · scale, dmin · min) of each sub-block.
+    /// Sub-blocks 2j and 2j + 1 are the low and high nibbles of the same 32 bytes.
+    const GROUP: usize = 2;
+    /// (d · scale, −(dmin · min)) of each sub-block.
     type Header = ([f32; 8], [f32; 8]);
     #[inline(always)]
     fn header<S: F32x16>(b: &[u8]) -> Self::Header {
@@ -93,26 +100,30 @@ impl Fused for Q4K {
         let (mut dl, mut ml) = ([0f32; 8], [0f32; 8]);
         for i in 0..8 {
             dl[i] = d * sc[i] as f32;
-            ml[i] = dmin * mn[i] as f32;
+            ml[i] = -(dmin * mn[i] as f32);
         }
         (dl, ml)
     }
+    /// Weight = q · (d · scale) − dmin · min with one rounding (an FMA): at least as accurate
+    /// as the dequantizer's product-then-difference.
     #[inline(always)]
-    fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2] {
-        let qs = &b[16 + (sub / 2) * 32..];
-        let (dl, ml) = (S::splat(h.0[sub]), S::splat(h.1[sub]));
-        let (q0, q1) = if sub.is_multiple_of(2) {
-            (S::from_nibbles::<false>(qs), S::from_nibbles::<false>(&qs[16..]))
-        } else {
-            (S::from_nibbles::<true>(qs), S::from_nibbles::<true>(&qs[16..]))
-        };
-        [q0.mul(dl).sub(ml), q1.mul(dl).sub(ml)]
+    fn group<S: F32x16>(b: &[u8], h: &Self::Header, g: usize, out: &mut [S; 8]) {
+        let qs = &b[16 + g * 32..];
+        let ((lo0, hi0), (lo1, hi1)) = (S::nibbles(qs), S::nibbles(&qs[16..]));
+        let (dl0, ml0) = (S::splat(h.0[2 * g]), S::splat(h.1[2 * g]));
+        let (dl1, ml1) = (S::splat(h.0[2 * g + 1]), S::splat(h.1[2 * g + 1]));
+        out[0] = lo0.fma(dl0, ml0);
+        out[1] = lo1.fma(dl0, ml0);
+        out[2] = hi0.fma(dl1, ml1);
+        out[3] = hi1.fma(dl1, ml1);
     }
 }
 
 impl Fused for Q6K {
     const BYTES: usize = 210;
     const SUBS: usize = 8;
+    /// A half super-block (128 weights) shares its packed bytes.
+    const GROUP: usize = 4;
     /// d · scale of each 16 weights.
     type Header = [f32; 16];
     #[inline(always)]
@@ -124,30 +135,30 @@ impl Fused for Q6K {
         }
         dl
     }
+    /// Weight = (d · scale) · (q − 32), as `dequant_row_kernel` computes it.
     #[inline(always)]
-    fn sub<S: F32x16>(b: &[u8], h: &Self::Header, sub: usize) -> [S; 2] {
-        [q6k_part::<S>(b, h, sub, 0), q6k_part::<S>(b, h, sub, 16)]
+    fn group<S: F32x16>(b: &[u8], h: &Self::Header, g: usize, out: &mut [S; 8]) {
+        let q = S::q6_half(&b[g * 64..], &b[128 + g * 32..]);
+        for v in 0..8 {
+            out[v] = S::splat(h[8 * g + v]).mul(q[v]);
+        }
     }
 }
 
-/// Weights `l..l + 16` of sub-block `sub` of a Q6_K super-block (a function, not a closure, so
-/// the intrinsics inline into the caller's `#[target_feature]` instantiation).
+/// Writes one row's weights (`out.len()` elements) as the fused kernel computes them, for
+/// super-block format `F`: the tiled path expands K-quant tiles with this.
 #[inline(always)]
-fn q6k_part<S: F32x16>(b: &[u8], h: &[f32; 16], sub: usize, l: usize) -> S {
-    let (ql, qh) = (&b[0..128], &b[128..192]);
-    let (half, quarter) = (sub / 4, sub % 4);
-    let lo_src = &ql[half * 64 + (quarter % 2) * 32 + l..];
-    let lo = if quarter < 2 { S::from_nibbles::<false>(lo_src) } else { S::from_nibbles::<true>(lo_src) };
-    let hi_src = &qh[half * 32 + l..];
-    let hi = match quarter {
-        0 => S::from_bits2::<0>(hi_src),
-        1 => S::from_bits2::<2>(hi_src),
-        2 => S::from_bits2::<4>(hi_src),
-        _ => S::from_bits2::<6>(hi_src),
-    };
-    // q = (lo | hi << 4) - 32, exact in f32; then (d · scale) · q, as `dequant_row_kernel`.
-    let q = hi.fma(S::splat(16.0), lo).sub(S::splat(32.0));
-    S::splat(h[(half * 128 + quarter * 32 + l) / 16]).mul(q)
+pub fn row_fused<S: F32x16, F: Fused>(bytes: &[u8], out: &mut [f32]) {
+    for (o, b) in out.chunks_exact_mut(32 * F::SUBS).zip(bytes.chunks_exact(F::BYTES)) {
+        let h = F::header::<S>(b);
+        let mut w = [S::zero(); 8];
+        for g in 0..F::SUBS / F::GROUP {
+            F::group::<S>(b, &h, g, &mut w);
+            for (v, wv) in w.iter().enumerate().take(2 * F::GROUP) {
+                wv.store(&mut o[(g * 2 * F::GROUP + v) * 16..]);
+            }
+        }
+    }
 }
 
 /// Writes one row's weights (`out.len()` elements) for block format `F`.
@@ -157,5 +168,72 @@ pub fn row<S: F32x16, F: Block32>(bytes: &[u8], out: &mut [f32]) {
         let [w0, w1] = F::weights::<S>(b);
         w0.store(&mut o[..16]);
         w1.store(&mut o[16..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::{Isa, simd_dispatch};
+    use plumb_core::{GgmlType, dequantize, quant::k_scale_min};
+
+    simd_dispatch! {
+        fn expand(ty: GgmlType, bytes: &[u8], out: &mut [f32]) => expand_kernel
+    }
+
+    #[inline(always)]
+    fn expand_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+        match ty {
+            GgmlType::Q4_K => row_fused::<S, Q4K>(bytes, out),
+            _ => row_fused::<S, Q6K>(bytes, out),
+        }
+    }
+
+    /// Random super-blocks with finite, modest f16 scales.
+    fn blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+        let info = ty.info().unwrap();
+        let mut s = seed;
+        let mut bytes: Vec<u8> = (0..n * info.block_bytes)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as u8
+            })
+            .collect();
+        for block in bytes.chunks_exact_mut(info.block_bytes) {
+            for &at in plumb_core::quant::f16_field_offsets(ty) {
+                block[at + 1] &= 0x3B;
+            }
+        }
+        bytes
+    }
+
+    /// Q6_K weights are exact dequantization on every ISA; Q4_K weights are the one-rounding
+    /// `fma(q, d · scale, −dmin · min)`, element by element.
+    #[test]
+    fn k_quant_weights_follow_their_rule_on_every_isa() {
+        let n = 6;
+        let q6 = blocks(GgmlType::Q6_K, n, 7);
+        let mut want6 = vec![0f32; 256 * n];
+        dequantize(GgmlType::Q6_K, &q6, &mut want6).unwrap();
+        let q4 = blocks(GgmlType::Q4_K, n, 8);
+        let mut want4 = vec![0f32; 256 * n];
+        for (o, b) in want4.chunks_exact_mut(256).zip(q4.chunks_exact(144)) {
+            let f16 = |at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
+            let (sc, mn) = k_scale_min(&b[4..16]);
+            for (i, w) in o.iter_mut().enumerate() {
+                let (sub, j) = (i / 32, i % 32);
+                let byte = b[16 + (sub / 2) * 32 + j];
+                let q = if sub % 2 == 0 { byte & 15 } else { byte >> 4 } as f32;
+                *w = q.mul_add(f16(0) * sc[sub] as f32, -(f16(2) * mn[sub] as f32));
+            }
+        }
+        for isa in Isa::available() {
+            for (ty, bytes, want) in [(GgmlType::Q6_K, &q6, &want6), (GgmlType::Q4_K, &q4, &want4)] {
+                let mut got = vec![f32::NAN; 256 * n];
+                expand(isa, ty, bytes, &mut got);
+                let diff = want.iter().zip(&got).position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(diff, None, "{ty} on {isa:?}: first differing weight");
+            }
+        }
     }
 }

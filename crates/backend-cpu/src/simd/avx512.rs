@@ -17,6 +17,14 @@ fn f16x4(q: &[u8]) -> __m128 {
     unsafe { _mm_cvtph_ps(_mm_loadl_epi64(q.as_ptr().cast())) }
 }
 
+/// The 16 bytes at `q[0..16]` zero-extended to 32-bit lanes.
+#[inline(always)]
+fn widen(q: &[u8]) -> __m512i {
+    assert!(q.len() >= 16);
+    // SAFETY: 16 readable bytes checked above; see the module note.
+    unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast())) }
+}
+
 /// Lane `L` of `v` in all sixteen lanes.
 #[inline(always)]
 fn broadcast_lane<const L: i32>(v: __m128) -> __m512 {
@@ -222,6 +230,31 @@ impl F32x16 for Avx512 {
             let lo = _mm512_and_si512(b, _mm512_set1_epi32(0x0F));
             let hi = _mm512_srli_epi32::<4>(b);
             (Avx512(_mm512_cvtepi32_ps(lo)), Avx512(_mm512_cvtepi32_ps(hi)))
+        }
+    }
+    #[inline(always)]
+    fn q6_half(ql: &[u8], qh: &[u8]) -> [Self; 8] {
+        assert!(ql.len() >= 64 && qh.len() >= 32);
+        // Six byte expansions for eight vectors (each low byte feeds two quarters, each high byte
+        // four), and q − 32 built in integers: one conversion per vector.
+        // SAFETY: 64 and 32 readable bytes checked above; see the module note.
+        unsafe {
+            let (nib, top, bias) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x30), _mm512_set1_epi32(32));
+            let mut out = [Avx512(_mm512_setzero_ps()); 8];
+            for part in 0..2 {
+                let (l, l2, h) = (widen(&ql[16 * part..]), widen(&ql[32 + 16 * part..]), widen(&qh[16 * part..]));
+                // value = low | (h bits at 4..6): ternlog 0xF8 is a | (b & c).
+                let v = [
+                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(l, nib), _mm512_slli_epi32::<4>(h), top),
+                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(l2, nib), _mm512_slli_epi32::<2>(h), top),
+                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<4>(l), h, top),
+                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<4>(l2), _mm512_srli_epi32::<2>(h), top),
+                ];
+                for (quarter, v) in v.into_iter().enumerate() {
+                    out[2 * quarter + part] = Avx512(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, bias)));
+                }
+            }
+            out
         }
     }
     #[inline(always)]

@@ -92,12 +92,18 @@ impl<'a, B: FullBackend + 'static> Runner<'a, B> {
 
     /// Teacher-forces every sequence at once on lanes 0..n: sequence i joins at step i (staggered
     /// arrivals), each step takes up to `chunk_of(i, step)` rows of every joined sequence, and a
-    /// sequence leaves when it is done (different lengths leave at different steps). Returns each
-    /// sequence's logits, every row, as they would come from a solo run.
-    pub fn teacher_forced_lanes(&mut self, seqs: &[&[u32]], chunk_of: impl Fn(usize, usize) -> usize) -> Vec<Vec<f64>> {
+    /// sequence leaves when it is done (different lengths leave at different steps). Hands each
+    /// step's logits of sequence i to `rows(i, logits)` in order, every row of the sequence in
+    /// turn, as they would come from a solo run (streamed: a 248k vocabulary over every control
+    /// would not fit in memory twice).
+    pub fn teacher_forced_lanes(
+        &mut self,
+        seqs: &[&[u32]],
+        chunk_of: impl Fn(usize, usize) -> usize,
+        mut rows: impl FnMut(usize, &[f64]),
+    ) {
         assert!(seqs.len() <= self.num_lanes, "{} sequences for {} lanes", seqs.len(), self.num_lanes);
         let mut done = vec![0usize; seqs.len()];
-        let mut out: Vec<Vec<f64>> = vec![Vec::new(); seqs.len()];
         let mut step = 0;
         while done.iter().zip(seqs).any(|(d, s)| *d < s.len()) {
             let mut batch = ForwardBatch { block_size: self.block_size, ..Default::default() };
@@ -126,11 +132,10 @@ impl<'a, B: FullBackend + 'static> Runner<'a, B> {
             let vocab = logits.len() / batch.num_rows();
             let mut at = 0;
             for (i, n) in rows_of {
-                out[i].extend_from_slice(&logits[at * vocab..(at + n) * vocab]);
+                rows(i, &logits[at * vocab..(at + n) * vocab]);
                 at += n;
             }
         }
-        out
     }
 
     /// Greedy generation on lane 0: the sequence (prompt + generated) and the logits of every
