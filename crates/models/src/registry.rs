@@ -99,6 +99,10 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // layers, random weights from `plumb synth`); the family's agreement with transformers is
     // fixtures/qwen3_moe's.
     ("qwen3_moe", "cpu", "receipts/check-cpu-qwen3-moe-synth-1.6b-l8.json"),
+    // Qwen3.5-0.8B's whole text model (24 layers: 18 Gated DeltaNet, 6 gated attention; random
+    // weights from `plumb synth --arch qwen3.5-0.8b`); the family's agreement with transformers
+    // is fixtures/qwen3_5's.
+    ("qwen3_5", "cpu", "receipts/check-cpu-qwen3-5-synth-0.8b.json"),
 ];
 
 /// The KV and lane-state geometry the model in `checkpoint` asks for, read from its config
