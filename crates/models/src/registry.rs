@@ -103,6 +103,14 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // weights from `plumb synth --arch qwen3.5-0.8b`); the family's agreement with transformers
     // is fixtures/qwen3_5's.
     ("qwen3_5", "cpu", "receipts/check-cpu-qwen3-5-synth-0.8b.json"),
+    // Qwen3-Next-80B-A3B's per-layer widths (the `qwen3-next-1.3b` preset: fused DeltaNet
+    // projections, 16 experts, 10 active), 4 of its layers (3 DeltaNet, 1 gated attention).
+    ("qwen3_next", "cpu", "receipts/check-cpu-qwen3-next-synth-1.3b-l4.json"),
+    // Qwen3.5-35B-A3B's per-layer widths (the `qwen3.5-moe-1.7b` preset, 4 of its layers) with the
+    // head tied to the embedding: the float64 and float32 references of an untied 248k-vocabulary
+    // head do not fit beside the model in this machine's 24 GiB. The untied head is gated by
+    // qwen3_next's receipt (same code) and fixtures/qwen3_5_moe.
+    ("qwen3_5_moe", "cpu", "receipts/check-cpu-qwen3-5-moe-synth-1.7b-l4-tied.json"),
 ];
 
 /// The KV and lane-state geometry the model in `checkpoint` asks for, read from its config
