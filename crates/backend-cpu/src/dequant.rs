@@ -69,49 +69,19 @@ pub(crate) fn dequant_row_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mu
                 }
             }
         }
-        GgmlType::Q6_K => {
-            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(210)) {
-                let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
-                let d = S::f16_scalar(b, 208);
-                let thirty_two = S::splat(32.0);
-                let sixteen = S::splat(16.0);
-                for half in 0..2 {
-                    for quarter in 0..4 {
-                        for part in 0..2 {
-                            let l = part * 16;
-                            let lo_src = &ql[half * 64 + (quarter % 2) * 32 + l..];
-                            let lo = if quarter < 2 {
-                                S::from_nibbles::<false>(lo_src)
-                            } else {
-                                S::from_nibbles::<true>(lo_src)
-                            };
-                            let hi_src = &qh[half * 32 + l..];
-                            let hi = match quarter {
-                                0 => S::from_bits2::<0>(hi_src),
-                                1 => S::from_bits2::<2>(hi_src),
-                                2 => S::from_bits2::<4>(hi_src),
-                                _ => S::from_bits2::<6>(hi_src),
-                            };
-                            // q = (lo | hi << 4) - 32, exact in f32; then (d · scale) · q as the reference.
-                            let q = hi.fma(sixteen, lo).sub(thirty_two);
-                            let idx = half * 128 + quarter * 32 + l;
-                            let dl = S::splat(d * (scales[idx / 16] as i8) as f32);
-                            dl.mul(q).store(&mut o[idx..]);
-                        }
-                    }
-                }
-            }
-        }
+        // The fused kernel's unpacking (a half super-block at a time), which equals the
+        // definition bit for bit (the test below).
+        GgmlType::Q6_K => crate::weights::row_fused::<S, crate::weights::Q6K>(bytes, out),
         _ => dequantize(ty, bytes, out).expect("row geometry validated when the weight was loaded"),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::simd::Isa;
 
-    fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
         let mut s = seed;
         (0..n)
             .map(|_| {
@@ -122,7 +92,7 @@ mod tests {
     }
 
     /// Random blocks whose f16 fields are finite (scales and mins live at fixed offsets).
-    fn valid_blocks(ty: GgmlType, num_blocks: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn valid_blocks(ty: GgmlType, num_blocks: usize, seed: u64) -> Vec<u8> {
         let info = ty.info().unwrap();
         let mut bytes = random_bytes(num_blocks * info.block_bytes, seed);
         let f16_fields = plumb_core::quant::f16_field_offsets(ty);

@@ -174,6 +174,7 @@ pub fn row<S: F32x16, F: Block32>(bytes: &[u8], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dequant::tests::valid_blocks;
     use crate::simd::{Isa, simd_dispatch};
     use plumb_core::{GgmlType, dequantize, quant::k_scale_min};
 
@@ -189,33 +190,15 @@ mod tests {
         }
     }
 
-    /// Random super-blocks with finite, modest f16 scales.
-    fn blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
-        let info = ty.info().unwrap();
-        let mut s = seed;
-        let mut bytes: Vec<u8> = (0..n * info.block_bytes)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (s >> 33) as u8
-            })
-            .collect();
-        for block in bytes.chunks_exact_mut(info.block_bytes) {
-            for &at in plumb_core::quant::f16_field_offsets(ty) {
-                block[at + 1] &= 0x3B;
-            }
-        }
-        bytes
-    }
-
     /// Q6_K weights are exact dequantization on every ISA; Q4_K weights are the one-rounding
     /// `fma(q, d · scale, −dmin · min)`, element by element.
     #[test]
     fn k_quant_weights_follow_their_rule_on_every_isa() {
         let n = 6;
-        let q6 = blocks(GgmlType::Q6_K, n, 7);
+        let q6 = valid_blocks(GgmlType::Q6_K, n, 7);
         let mut want6 = vec![0f32; 256 * n];
         dequantize(GgmlType::Q6_K, &q6, &mut want6).unwrap();
-        let q4 = blocks(GgmlType::Q4_K, n, 8);
+        let q4 = valid_blocks(GgmlType::Q4_K, n, 8);
         let mut want4 = vec![0f32; 256 * n];
         for (o, b) in want4.chunks_exact_mut(256).zip(q4.chunks_exact(144)) {
             let f16 = |at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
