@@ -16,8 +16,8 @@ pub use float::RefFloat;
 
 use plumb_core::{
     AttentionOps, Backend, BackendError, CompressedAttentionOps, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType,
-    HyperConnectionOps, KvSpec, LaneStateOps, LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps, ScoredMoeOps,
-    Shape, WeightSource, dequantize,
+    HyperConnectionOps, KvSpec, KvStore, LaneStateOps, LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps,
+    ScoredMoeOps, Shape, WeightSource, dequantize,
 };
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -59,13 +59,22 @@ pub struct RefBackend<T> {
     /// Weights (format, K) whose `linear` takes activations rounded to bf16 — the declared
     /// precision of a backend under test, so `RefBackend<f32>` gives that backend's floor.
     bf16_inputs: HashSet<(GgmlType, usize)>,
+    /// The element type `write_kv` rounds K and V to: a backend under test's declared store.
+    kv_store: KvStore,
     _float: PhantomData<T>,
 }
 
 impl<T: RefFloat> RefBackend<T> {
     /// A backend whose `linear` splits outputs over `threads` threads (results do not depend on it).
     pub fn new(threads: usize) -> Self {
-        RefBackend { threads: threads.max(1), bf16_inputs: HashSet::new(), _float: PhantomData }
+        RefBackend { threads: threads.max(1), bf16_inputs: HashSet::new(), kv_store: KvStore::F32, _float: PhantomData }
+    }
+
+    /// The same, with K and V stored rounded to `store`, as a backend declares it does
+    /// ([`Backend::kv_store`]); `KvStore::F32` keeps them as computed (in `T`).
+    pub fn with_kv_store(mut self, store: KvStore) -> Self {
+        self.kv_store = store;
+        self
     }
 
     /// The same, with `linear` rounding its activations to bf16 for weights of these (format, K),
@@ -91,6 +100,10 @@ impl<T: RefFloat> Backend for RefBackend<T> {
 
     fn supports(&self, ty: GgmlType) -> bool {
         ty.can_dequantize()
+    }
+
+    fn kv_store(&self) -> KvStore {
+        self.kv_store
     }
 
     fn load_weight(&self, src: WeightSource) -> Result<RefTensor<T>, BackendError> {
@@ -375,10 +388,19 @@ impl<T: RefFloat> RopeOps for RefBackend<T> {
 impl<T: RefFloat> AttentionOps for RefBackend<T> {
     fn write_kv(&self, kv: &mut RefKvCache<T>, layer: usize, k: &RefTensor<T>, v: &RefTensor<T>, batch: &ForwardBatch) {
         let len = kv.spec.num_kv_heads * kv.spec.head_dim;
+        // A declared 16-bit store keeps each value's rounding of its f32 form, as a device does.
+        let store = |x: T| match self.kv_store {
+            KvStore::F32 => x,
+            s => T::from_f64(s.round(x.to_f64() as f32) as f64),
+        };
         for (r, &slot) in batch.slot_mapping.iter().enumerate() {
             let at = slot as usize * len;
-            kv.k[layer][at..at + len].copy_from_slice(&k.data[r * len..(r + 1) * len]);
-            kv.v[layer][at..at + len].copy_from_slice(&v.data[r * len..(r + 1) * len]);
+            for (dst, &x) in kv.k[layer][at..at + len].iter_mut().zip(&k.data[r * len..(r + 1) * len]) {
+                *dst = store(x);
+            }
+            for (dst, &x) in kv.v[layer][at..at + len].iter_mut().zip(&v.data[r * len..(r + 1) * len]) {
+                *dst = store(x);
+            }
         }
     }
 

@@ -61,6 +61,53 @@ impl LinearInputs {
     }
 }
 
+/// The element type a backend stores K and V in ([`Backend::kv_store`]): what attention reads
+/// back of every cached position, whichever step wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvStore {
+    /// f32, as computed.
+    #[default]
+    F32,
+    /// Each value rounded to IEEE half precision (to nearest, ties to even; beyond ±65504 it is
+    /// ±inf, which the gate's NaN check then catches).
+    F16,
+    /// Each value rounded to bf16 (to nearest, ties to even).
+    Bf16,
+}
+
+impl KvStore {
+    /// `x` as attention reads it back.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            KvStore::F32 => x,
+            KvStore::F16 => half::f16::from_f32(x).to_f32(),
+            KvStore::Bf16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvStore::F32 => 4,
+            KvStore::F16 | KvStore::Bf16 => 2,
+        }
+    }
+
+    /// The name `--kv-dtype` takes and receipts print: `f32`, `f16`, `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvStore::F32 => "f32",
+            KvStore::F16 => "f16",
+            KvStore::Bf16 => "bf16",
+        }
+    }
+
+    /// The store named `name` (`f32`, `f16`, `bf16`).
+    pub fn parse(name: &str) -> Option<KvStore> {
+        [KvStore::F32, KvStore::F16, KvStore::Bf16].into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// Memory: tensors, weights and the KV cache. Every other group builds on it.
 pub trait Backend: Send + Sync {
     /// Activations: [rows, cols] f32.
@@ -82,6 +129,12 @@ pub trait Backend: Send + Sync {
     fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
         let _ = (ty, k);
         LinearInputs::F32
+    }
+    /// The declared element type of the KV cache (f32 by default): `write_kv` stores each value
+    /// rounded to it and attention reads the stored form. Conformance and the gate's floor run
+    /// the reference with the same store, as for [`Backend::linear_inputs`].
+    fn kv_store(&self) -> KvStore {
+        KvStore::F32
     }
     fn load_weight(&self, src: WeightSource) -> Result<Self::Weight, BackendError>;
     /// A [rows, cols] tensor for an op to write. Its contents are unspecified until then (a
@@ -577,3 +630,27 @@ pub const OPS: [&str; 14] = [
 /// Everything a Llama-style graph needs.
 pub trait FullBackend: LinearOps + ElementwiseOps + RopeOps + AttentionOps {}
 impl<B: LinearOps + ElementwiseOps + RopeOps + AttentionOps> FullBackend for B {}
+
+#[cfg(test)]
+mod tests {
+    use super::KvStore;
+
+    #[test]
+    fn kv_stores_round_to_nearest_even_and_name_themselves() {
+        // f16 steps by 2^-10 near 1: 1 + 2^-11 is a tie between 1 and 1 + 2^-10 and goes to the
+        // even one (1); 1 + 3·2^-11 is a tie between 1 + 2^-10 and 1 + 2^-9 and goes to 1 + 2^-9.
+        assert_eq!(KvStore::F16.round(1.0 + 2f32.powi(-11)), 1.0);
+        assert_eq!(KvStore::F16.round(1.0 + 3.0 * 2f32.powi(-11)), 1.0 + 2f32.powi(-9));
+        assert_eq!(KvStore::F16.round(70000.0), f32::INFINITY);
+        assert_eq!(KvStore::Bf16.round(70000.0), 70144.0);
+        assert_eq!(KvStore::Bf16.round(1.0 + 2f32.powi(-8)), 1.0);
+        assert!(KvStore::F16.round(f32::NAN).is_nan());
+        let x = 0.123_456_79_f32;
+        assert_eq!(KvStore::F32.round(x).to_bits(), x.to_bits());
+        for s in [KvStore::F32, KvStore::F16, KvStore::Bf16] {
+            assert_eq!(KvStore::parse(s.name()), Some(s));
+        }
+        assert_eq!((KvStore::F32.bytes(), KvStore::F16.bytes(), KvStore::Bf16.bytes()), (4, 2, 2));
+        assert_eq!(KvStore::parse("fp8"), None);
+    }
+}

@@ -14,8 +14,8 @@ pub mod quant;
 pub use backend::{
     AttentionOps, Backend, BackendError, COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, ElementwiseOps,
     ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps, GdnHeads, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
-    LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, SCORED_MOE_OPS, ScoredMoeOps,
-    Shape, WeightSource,
+    KvStore, LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, RopeOps, SCORED_MOE_OPS,
+    ScoredMoeOps, Shape, WeightSource,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView, StateSnapshot};
 pub use bytes::HostBytes;

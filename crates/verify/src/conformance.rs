@@ -89,7 +89,8 @@ fn nrms_case<B: FullBackend>(
 
 /// Runs every case with inputs drawn from `seed`.
 pub fn run_suite<B: FullBackend>(backend: &B, seed: u64) -> Vec<CaseResult> {
-    let p = Pair { b: backend, r: RefBackend::new(1) };
+    // The reference stores K/V as the backend declares it does; everything else is f64.
+    let p = Pair { b: backend, r: RefBackend::new(1).with_kv_store(backend.kv_store()) };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     linear_cases(&p, &mut rng, &mut out);
@@ -310,7 +311,10 @@ fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec
     let ones = vec![0f32; heads * d];
     let mut got = p.poisoned(1, heads * d);
     p.b.attention(&p.b.upload(&ones, 1, heads * d), &kv_b, 0, &single, heads, 1.0, &mut got);
-    let row0: Vec<f32> = (0..heads).flat_map(|h| v[9 * kv_heads * d + (h / 3) * d..][..d].to_vec()).collect();
+    let store = p.b.kv_store();
+    let row0: Vec<f32> = (0..heads)
+        .flat_map(|h| v[9 * kv_heads * d + (h / 3) * d..][..d].iter().map(move |&x| store.round(x)))
+        .collect();
     let want = p.r.upload(&row0, 1, heads * d);
     out.push(nrms_case(p, "write_kv", "slot round trip".into(), &got, &want));
 }

@@ -111,9 +111,10 @@ pub fn run_gate<'c, B: FullBackend + 'static>(
     let max_len = controls.iter().map(|c| c.prompt.len() + c.gen_len).max().unwrap_or(1);
     let f64_backend = RefBackend::<f64>::new(ref_threads);
     // The floor is float32 at the backend's declared precision: weights whose `linear` it says
-    // takes bf16 activations take them in the floor too.
+    // takes bf16 activations take them in the floor too, and K/V are stored as it stores them.
     let bf16_inputs = declared_bf16_inputs(&file, backend);
-    let f32_backend = RefBackend::<f32>::new(ref_threads).with_linear_inputs(bf16_inputs);
+    let f32_backend =
+        RefBackend::<f32>::new(ref_threads).with_linear_inputs(bf16_inputs).with_kv_store(backend.kv_store());
     let mut truth = Runner::new(file, &f64_backend, max_len, 1)?;
     let vocab = truth.model.config().vocab_size;
     let mut floor = Runner::new(file, &f32_backend, max_len, 1)?;

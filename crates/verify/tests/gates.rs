@@ -118,6 +118,25 @@ fn a_declared_bf16_input_precision_is_gated_at_its_own_floor_and_an_undeclared_o
 }
 
 #[test]
+fn a_declared_f16_kv_cache_is_gated_at_its_own_floor_and_an_undeclared_one_fails() {
+    let path = tiny_model::write(7);
+    let file = GgufFile::open(&path).unwrap();
+    let plain = run_gate(&file, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
+    let declared = run_gate(&file, &faulty(Fault::F16Kv(true)), &controls(), BOUND, 1).unwrap();
+    assert!(declared.pass, "{:#?}", declared.failures);
+    // The floor stores K and V in f16: above plain float32's.
+    assert!(declared.floor_mean > 10.0 * plain.floor_mean, "{} vs {}", declared.floor_mean, plain.floor_mean);
+    let silent = run_gate(&file, &faulty(Fault::F16Kv(false)), &controls(), BOUND, 1).unwrap();
+    assert!(!silent.pass, "an undeclared KV precision loss must fail");
+    assert!(silent.failures.iter().any(|f| f.contains("logits NRMS vs float64")), "{:#?}", silent.failures);
+    // Conformance follows the declaration: the round trip through the cache and attention.
+    assert!(failing(&run_suite(&faulty(Fault::F16Kv(true)), seed())).is_empty());
+    let undeclared = failing(&run_suite(&faulty(Fault::F16Kv(false)), seed()));
+    assert!(undeclared.iter().any(|f| f.starts_with("write_kv")), "{undeclared:#?}");
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
 fn gate_fails_on_non_finite_values_and_names_the_position() {
     let path = tiny_model::write(7);
     let file = GgufFile::open(&path).unwrap();

@@ -32,6 +32,9 @@ pub enum Fault {
     /// `linear` rounds its activations to bf16 for weights whose K is a multiple of 8 (as a
     /// tensor-core backend does), declaring it through `linear_inputs` when `true`.
     Bf16Inputs(bool),
+    /// `write_kv` stores K and V rounded to f16 (as a 16-bit KV cache does), declaring it
+    /// through `kv_store` when `true`.
+    F16Kv(bool),
 }
 
 #[derive(Debug)]
@@ -60,6 +63,12 @@ impl Backend for Faulty {
         match self.fault {
             Fault::Bf16Inputs(true) if k.is_multiple_of(8) => LinearInputs::Bf16,
             _ => self.inner.linear_inputs(ty, k),
+        }
+    }
+    fn kv_store(&self) -> KvStore {
+        match self.fault {
+            Fault::F16Kv(true) => KvStore::F16,
+            _ => self.inner.kv_store(),
         }
     }
     fn load_weight(&self, mut src: WeightSource) -> Result<CpuWeight, BackendError> {
@@ -213,6 +222,13 @@ impl AttentionOps for Faulty {
         self.inner.check_head_dim(head_dim)
     }
     fn write_kv(&self, kv: &mut CpuKvCache, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &ForwardBatch) {
+        if let Fault::F16Kv(_) = self.fault {
+            let round = |t: &CpuTensor| {
+                let data: Vec<f32> = self.inner.download(t).into_iter().map(|x| KvStore::F16.round(x)).collect();
+                self.inner.upload(&data, t.rows(), t.cols())
+            };
+            return self.inner.write_kv(kv, layer, &round(k), &round(v), batch);
+        }
         self.inner.write_kv(kv, layer, k, v, batch)
     }
     fn attention(
