@@ -1,5 +1,6 @@
-//! The paged KV cache on the device (f32, the `KvSpec` layout: per layer, K and V each
-//! [num_slots, num_kv_heads · head_dim]) plus one spare *pad block* past the last block, which
+//! The paged KV cache on the device (in the backend's declared `KvStore`: f32, f16 or bf16; the
+//! `KvSpec` layout: per layer, K and V each [num_slots, num_kv_heads · head_dim]) plus one spare
+//! *pad block* past the last block, which
 //! the padded rows of a graph step write and read; and the per-batch metadata attention reads.
 //! Invariant: a slot is written only by `write_kv` of the row that owns it, before attention of
 //! that layer reads it; attention always reads back the stored form; no real row's block table
@@ -7,14 +8,16 @@
 
 use crate::CudaBackend;
 use cudarc::driver::{CudaSlice, DevicePtr};
-use plumb_core::{BackendError, ForwardBatch, KvSpec};
+use plumb_core::{BackendError, ForwardBatch, KvSpec, KvStore};
 
 /// K and V for every layer, on the device.
 #[derive(Debug)]
 pub struct CudaKvCache {
     pub spec: KvSpec,
-    pub(crate) k: Vec<CudaSlice<f32>>,
-    pub(crate) v: Vec<CudaSlice<f32>>,
+    /// The element type of every stored value.
+    pub store: KvStore,
+    pub(crate) k: Vec<CudaSlice<u8>>,
+    pub(crate) v: Vec<CudaSlice<u8>>,
     /// Device addresses of `k` and `v`, per layer.
     pub(crate) k_ptrs: Vec<u64>,
     pub(crate) v_ptrs: Vec<u64>,
@@ -24,8 +27,9 @@ impl CudaKvCache {
     /// Zeroed storage for `spec`, plus the pad block; running out of device memory is an error
     /// naming the cache's size and what the device has free.
     pub fn new(backend: &CudaBackend, spec: &KvSpec) -> Result<Self, BackendError> {
-        let per_layer = (spec.num_blocks + 1) * spec.block_size * spec.num_kv_heads * spec.head_dim;
-        let need = 2 * spec.num_layers * per_layer * 4;
+        let store = plumb_core::Backend::kv_store(backend);
+        let per_layer = (spec.num_blocks + 1) * spec.block_size * spec.num_kv_heads * spec.head_dim * store.bytes();
+        let need = 2 * spec.num_layers * per_layer;
         let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         let oom = |why: String| BackendError::OutOfMemory {
             backend: plumb_core::Backend::name(backend),
@@ -42,11 +46,11 @@ impl CudaKvCache {
             return Err(oom(format!("{:.1} of {:.1} GiB are free", gib(free), gib(total))));
         }
         let oom = |e: cudarc::driver::DriverError| oom(e.to_string());
-        let alloc = || backend.stream.alloc_zeros::<f32>(per_layer).map_err(oom);
-        let k = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<f32>>, _>>()?;
-        let v = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<f32>>, _>>()?;
-        let ptrs = |s: &[CudaSlice<f32>]| s.iter().map(|s| s.device_ptr(&backend.stream).0).collect();
-        Ok(CudaKvCache { spec: *spec, k_ptrs: ptrs(&k), v_ptrs: ptrs(&v), k, v })
+        let alloc = || backend.stream.alloc_zeros::<u8>(per_layer).map_err(oom);
+        let k = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<u8>>, _>>()?;
+        let v = (0..spec.num_layers).map(|_| alloc()).collect::<Result<Vec<CudaSlice<u8>>, _>>()?;
+        let ptrs = |s: &[CudaSlice<u8>]| s.iter().map(|s| s.device_ptr(&backend.stream).0).collect();
+        Ok(CudaKvCache { spec: *spec, store, k_ptrs: ptrs(&k), v_ptrs: ptrs(&v), k, v })
     }
 
     /// The spare block padded rows use (never in a block table).
@@ -56,7 +60,7 @@ impl CudaKvCache {
 
     /// Bytes of device memory the cache holds.
     pub fn num_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|s| s.len() * 4).sum()
+        self.k.iter().chain(&self.v).map(|s| s.len()).sum()
     }
 }
 

@@ -29,7 +29,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
 use plumb_core::{
-    Backend, BackendError, ForwardBatch, GgmlType, KvSpec, LinearInputs, PickRow, Picked, Shape, WeightSource,
+    Backend, BackendError, ForwardBatch, GgmlType, KvSpec, KvStore, LinearInputs, PickRow, Picked, Shape, WeightSource,
 };
 use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
@@ -50,6 +50,8 @@ pub enum CudaError {
     NoNvrtc,
     #[error("CUDA driver call failed while {during}: {source}")]
     Driver { during: &'static str, source: DriverError },
+    #[error("{name}={value} is not a setting plumb knows: expected {expected}")]
+    BadSetting { name: &'static str, value: String, expected: &'static str },
     #[error("NVRTC failed while {during} ({code}){}", if log.is_empty() { String::new() } else { format!(":\n{log}") })]
     Nvrtc { during: &'static str, code: String, log: String },
 }
@@ -96,10 +98,12 @@ pub struct CudaWeight {
     /// Device addresses of `_bytes` and `_dense`.
     pub(crate) ptr: u64,
     pub(crate) dense_ptr: Option<u64>,
-    /// This weight's `linear`, `linear_split` and `embed` kernels (looked up once, not per op).
+    /// This weight's `linear` kernels for many and for few rows, and its `embed` (looked up once,
+    /// not per op).
     pub(crate) kernels: [CudaFunction; 3],
-    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`: bf16 weights with K a
-    /// multiple of 8, activations rounded to bf16; see [`CudaBackend::linear_inputs`]).
+    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`: bf16
+    /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
+    /// [`CudaBackend::linear_inputs`]).
     pub(crate) mma: bool,
     _bytes: CudaSlice<u8>,
     _dense: Option<CudaSlice<f32>>,
@@ -132,6 +136,12 @@ pub struct CudaBackend {
     graphs_enabled: AtomicBool,
     /// Whether `pick` runs on the device (`pick.rs`).
     pub(crate) picks_enabled: AtomicBool,
+    /// Arrival counters of the decode kernel's feature tiles (zero between launches: the last
+    /// block of a tile resets its counter), one per 64 features of the widest weight up to
+    /// `DECODE_COUNTERS` × 64.
+    decode_counters: CudaSlice<u32>,
+    /// The element type new KV caches store K and V in (`KvStore` as a u8: 0 f32, 1 f16, 2 bf16).
+    kv_store: std::sync::atomic::AtomicU8,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
@@ -158,6 +168,12 @@ fn type_suffix(ty: GgmlType) -> Option<&'static str> {
     })
 }
 
+/// Feature tiles of 64 the decode kernel can count arrivals for: weights up to 4M features.
+const DECODE_COUNTERS: usize = 1 << 16;
+
+/// The K/V element types the kernels store and read.
+const KV_STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
+
 /// Every kernel the module defines.
 fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = [
@@ -168,10 +184,13 @@ fn kernel_names() -> Vec<String> {
         "rope",
         "rope_rotate_half",
         "gather_rows",
-        "write_kv",
+        "write_kv_f32",
+        "write_kv_f16",
+        "write_kv_bf16",
         "round_bf16",
-        "linear_mma_bf16",
-        "linear_mma_split_bf16",
+        "linear_wgmma_bf16",
+        "linear_mma_decode_bf16",
+        "embed_bf16_kperm",
         "apply_logit_edits",
         "pick_argmax",
         "pick_top_k",
@@ -179,7 +198,9 @@ fn kernel_names() -> Vec<String> {
     .map(String::from)
     .into();
     for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
-        names.push(format!("attention_{head_dim}"));
+        for store in KV_STORES {
+            names.push(format!("attention_{head_dim}_{}", store.name()));
+        }
     }
     for ty in GgmlType::DEQUANTIZABLE {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
@@ -224,9 +245,15 @@ impl CudaBackend {
         for name in kernel_names() {
             let f = module.load_function(&name).map_err(driver("finding a kernel"))?;
             let smem = match name.as_str() {
-                "linear_mma_split_bf16" => ops::MMA_SPLIT_SMEM,
-                "linear_mma_bf16" => ops::MMA_TILED_SMEM,
-                _ => 0,
+                "linear_mma_decode_bf16" => ops::MMA_DECODE_SMEM,
+                "linear_wgmma_bf16" => ops::WGMMA_SMEM,
+                _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
+                    Some((hd, store)) => {
+                        let store = KvStore::parse(store).expect("attention kernels are named by their store");
+                        ops::attention_smem(hd.parse().expect("attention kernels are named by head size"), store)
+                    }
+                    None => 0,
+                },
             };
             if smem > 0 {
                 use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SMEM;
@@ -248,6 +275,10 @@ impl CudaBackend {
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
+            decode_counters: stream
+                .alloc_zeros::<u32>(DECODE_COUNTERS)
+                .map_err(driver("allocating the decode counters"))?,
+            kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
             ctx,
             stream,
             _module: module,
@@ -291,6 +322,12 @@ impl CudaBackend {
         format!("{}.{}", self.nvrtc_version.0, self.nvrtc_version.1)
     }
 
+    /// Whether the device has Hopper's warpgroup MMA (`wgmma`, sm_90a), which the tensor-core
+    /// `linear` needs for many rows.
+    pub fn has_wgmma(&self) -> bool {
+        self.arch == "sm_90a"
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()
@@ -307,6 +344,12 @@ impl CudaBackend {
     /// takes effect at the next step.
     pub fn set_graphs(&self, on: bool) {
         self.graphs_enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes new KV caches store K and V as `store` (default: f32, or `PLUMB_CUDA_KV`); the
+    /// declared precision [`Backend::kv_store`] reports, which the gate measures.
+    pub fn set_kv_store(&self, store: KvStore) {
+        self.kv_store.store(store_code(store), Ordering::Relaxed);
     }
 
     /// Bytes of weights and KV the ops have read since the backend started (see `bytes_read`).
@@ -351,6 +394,12 @@ impl CudaBackend {
     pub fn pool_stats(&self) -> (u64, u64) {
         let p = self.pool.lock().expect("pool lock");
         (p.num_hits, p.num_misses)
+    }
+
+    /// The device address of the decode kernel's `tiles` (zeroed) arrival counters.
+    pub(crate) fn decode_counters(&self, tiles: usize) -> u64 {
+        assert!(tiles <= DECODE_COUNTERS, "a weight of {} features is wider than the decode kernel counts", tiles * 64);
+        self.decode_counters.device_ptr(&self.stream).0
     }
 
     pub(crate) fn kernel(&self, name: &str) -> &CudaFunction {
@@ -427,6 +476,24 @@ impl Drop for CudaBackend {
     }
 }
 
+fn store_code(store: KvStore) -> u8 {
+    KV_STORES.iter().position(|&s| s == store).expect("every store has kernels") as u8
+}
+
+/// The KV store of a new backend: f32, or what `PLUMB_CUDA_KV` names (`f32`, `f16`, `bf16`; a
+/// 16-bit store halves the bytes of every attended position, at a rounding the gate's floor
+/// includes).
+fn default_kv_store() -> Result<KvStore, CudaError> {
+    match std::env::var("PLUMB_CUDA_KV") {
+        Ok(v) => KvStore::parse(&v).ok_or(CudaError::BadSetting {
+            name: "PLUMB_CUDA_KV",
+            value: v,
+            expected: "f32, f16 or bf16",
+        }),
+        Err(_) => Ok(KvStore::F32),
+    }
+}
+
 /// A 1-D launch of `n` threads in blocks of 256.
 pub(crate) fn grid_1d(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
@@ -449,14 +516,20 @@ impl Backend for CudaBackend {
         type_suffix(ty).is_some()
     }
 
-    /// bf16 weights with K a multiple of 8 run on the tensor cores, which take bf16 activations;
-    /// every other weight keeps f32 activations on the CUDA cores.
+    /// bf16 weights with K a multiple of 32 run on the tensor cores of a Hopper-class device
+    /// (wgmma for many rows, mma.sync for few), which take bf16 activations; every other weight,
+    /// and every weight on an older device, keeps f32 activations on the CUDA cores.
     fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
-        if ty == GgmlType::BF16 && k.is_multiple_of(8) && std::env::var_os("PLUMB_CUDA_MMA").is_none_or(|v| v != "0") {
+        let on = std::env::var_os("PLUMB_CUDA_MMA").is_none_or(|v| v != "0");
+        if ty == GgmlType::BF16 && k.is_multiple_of(32) && self.has_wgmma() && on {
             LinearInputs::Bf16
         } else {
             LinearInputs::F32
         }
+    }
+
+    fn kv_store(&self) -> KvStore {
+        KV_STORES[self.kv_store.load(Ordering::Relaxed) as usize]
     }
 
     fn load_weight(&self, src: WeightSource) -> Result<CudaWeight, BackendError> {
@@ -484,13 +557,15 @@ impl Backend for CudaBackend {
         } else {
             None
         };
-        let host: &[u8] = &src.bytes;
+        let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
+        // The tensor-core kernels read their weights k-permuted (kernels/linear_mma.cu).
+        let permuted = mma.then(|| ops::kperm_bytes(&src.bytes));
+        let host: &[u8] = permuted.as_deref().unwrap_or(&src.bytes);
         let bytes = self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).map_err(oom)?;
         let ptr = bytes.device_ptr(&self.stream).0;
         let suffix = type_suffix(src.ty).expect("checked by supports");
-        let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
         let kernels = if mma {
-            ["linear_mma_bf16", "linear_mma_split_bf16", "embed_bf16"].map(|k| self.kernel(k).clone())
+            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm"].map(|k| self.kernel(k).clone())
         } else {
             ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
         };

@@ -8,7 +8,7 @@ use crate::launch::Launch;
 use crate::pool::DeviceBuf;
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
-use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, LinearOps, RopeOps};
+use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, KvStore, LinearOps, RopeOps};
 
 /// Output features per `linear` block and activation rows per block (kernels/linear.cu).
 const LIN_WARPS: usize = 8;
@@ -18,23 +18,43 @@ const LIN_ROWS: usize = 16;
 const LIN_SPLIT_FEAT: usize = 4;
 const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
-/// The tensor-core `linear` (kernels/linear_mma.cu): the split kernel (few rows) keeps every
-/// chunk partial of its rows in shared memory and is used while they fit in this many bytes;
-/// the tiled kernel stages two half chunks of 128 weight rows and 64 token rows.
-pub(crate) const MMA_SPLIT_SMEM: usize = 116 * 1024;
+/// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
+/// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
+/// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
+/// 64 K for 128 weight rows and 128 token rows. Both compute the same bits.
+pub(crate) const MMA_DECODE_MAX_ROWS: usize = 64;
+/// Blocks the decode kernel aims for (about two per SM of an H200).
+const DECODE_BLOCKS: usize = 264;
+pub(crate) const MMA_DECODE_SMEM: usize = 2 * (64 + MMA_DECODE_MAX_ROWS) * 512;
+pub(crate) const WGMMA_SMEM: usize = 6 * 2 * 128 * 64 * 2;
 
-/// The most rows the tensor-core `linear` runs split (more take the tiled kernel): 64, or
-/// `PLUMB_MMA_SPLIT_MAX_ROWS` for measuring the choice (never an arithmetic: both kernels
-/// compute the same bits).
-fn mma_split_max_rows() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("PLUMB_MMA_SPLIT_MAX_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(64))
-}
-pub(crate) const MMA_TILED_SMEM: usize = 2 * (128 + 64) * 160 * 2;
-/// (row, head) units per attention block (kernels/attention.cu).
+/// Warps per attention block and (row, head) pairs per warp in one walk (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
+const ATT_PAIRS: usize = 4;
+/// Shared memory of an attention block for heads of `head_dim` stored as `store`: the K tile (64
+/// rows of head_dim values and 16 bytes), the V tile and the f32 q of one walk's pairs, as
+/// `att_smem_bytes` in attention.cu.
+pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
+    let e = store.bytes();
+    64 * (head_dim * e + 16) + 64 * head_dim * e + 4 * ATT_WARPS * ATT_PAIRS * head_dim
+}
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;
+
+/// A bf16 matrix's bytes k-permuted as the tensor-core kernels read them (kernels/linear_mma.cu,
+/// `kperm`): in each group of 32 elements, word j = 4t + c moves to word 4c + t. Rows are whole
+/// groups (`linear_inputs` admits K multiples of 32 only).
+pub(crate) fn kperm_bytes(bytes: &[u8]) -> Vec<u8> {
+    assert!(bytes.len().is_multiple_of(64), "k-permuted rows are whole groups of 32 bf16");
+    let mut out = vec![0u8; bytes.len()];
+    for (src, dst) in bytes.chunks_exact(64).zip(out.chunks_exact_mut(64)) {
+        for j in 0..16 {
+            let to = 4 * (j % 4) + j / 4;
+            dst[4 * to..4 * to + 4].copy_from_slice(&src[4 * j..4 * j + 4]);
+        }
+    }
+    out
+}
 
 /// A device address of per-row metadata: the step's (already on the device) or a fresh upload
 /// kept alive until the launch is queued.
@@ -54,29 +74,41 @@ impl CudaBackend {
         }
     }
 
-    fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
+    /// x rounded to bf16 and k-permuted, as the tensor-core kernels take it.
+    fn round_bf16(&self, x: &CudaTensor) -> DeviceBuf {
+        let n32 = x.padded_rows * x.cols / 32;
+        let buf = self.alloc(n32 * 64);
+        self.submit(Launch::new(self.kernel("round_bf16"), grid_1d(n32)).ptr(x.ptr()).ptr(buf.ptr).u64(n32 as u64));
+        buf
+    }
+
+    /// `linear`; a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given,
+    /// else rounds x itself.
+    fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
         assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
         assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
         if x.padded_rows == 0 || w.rows == 0 {
             return;
         }
         self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut groups_per_block = None;
+        // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
+        let mut decode = None;
         let (kernel, cfg) = if w.mma {
-            // Split while the rows are few: as many 8-row groups per block as its shared memory
-            // holds partials for (a chunk's weights are read once per block).
-            let group_smem = w.cols.div_ceil(256) * 16 * 8 * 4;
-            let groups = x.padded_rows.div_ceil(8);
-            let fit = (MMA_SPLIT_SMEM / group_smem).min(groups);
-            if x.padded_rows <= mma_split_max_rows() && fit > 0 {
-                groups_per_block = Some(fit);
-                let grid = (groups.div_ceil(fit) as u32, w.rows.div_ceil(16) as u32, 1);
-                let smem = (fit * group_smem) as u32;
-                (&w.kernels[1], LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: smem })
+            if x.padded_rows <= MMA_DECODE_MAX_ROWS {
+                let tiles = w.rows.div_ceil(64);
+                let num_chunks = w.cols.div_ceil(256);
+                // Enough blocks to stream the weights at full bandwidth: about two per SM. A free
+                // choice (the fold is the same with any split).
+                let per_split = num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks));
+                let splits = num_chunks.div_ceil(per_split);
+                let part = (splits > 1).then(|| self.alloc(num_chunks * x.padded_rows * w.rows * 4));
+                decode = Some((per_split, part));
+                let smem = 2 * (64 + 8 * x.padded_rows.div_ceil(8)) * 512;
+                let grid = (tiles as u32, splits as u32, 1);
+                (&w.kernels[1], LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 })
             } else {
-                let grid = (x.padded_rows.div_ceil(64) as u32, w.rows.div_ceil(128) as u32, 1);
-                let cfg =
-                    LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: MMA_TILED_SMEM as u32 };
+                let grid = (x.padded_rows.div_ceil(128) as u32, w.rows.div_ceil(128) as u32, 1);
+                let cfg = LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: WGMMA_SMEM as u32 };
                 (&w.kernels[0], cfg)
             }
         } else {
@@ -89,23 +121,23 @@ impl CudaBackend {
             };
             (kernel, cfg)
         };
-        // The tensor-core kernels take the activations rounded to bf16, once for every block.
-        let rounded = w.mma.then(|| {
-            let n8 = x.padded_rows * x.cols / 8;
-            let buf = self.alloc(n8 * 16);
-            self.submit(Launch::new(self.kernel("round_bf16"), grid_1d(n8)).ptr(x.ptr()).ptr(buf.ptr).u64(n8 as u64));
-            buf
-        });
+        // The tensor-core kernels take the activations rounded to bf16 and k-permuted, once for
+        // every block.
+        let own = (w.mma && rounded.is_none()).then(|| self.round_bf16(x));
+        let input = if w.mma { own.as_ref().or(rounded).map(|b| b.ptr).expect("rounded above") } else { x.ptr() };
         let l = Launch::new(kernel, cfg)
-            .ptr(rounded.as_ref().map_or(x.ptr(), |b| b.ptr))
+            .ptr(input)
             .ptr(w.ptr)
             .u64(w.row_bytes as u64)
             .ptr(out.ptr())
             .i32(x.padded_rows as i32)
             .i32(w.rows as i32)
             .i32(w.cols as i32);
-        let l = match groups_per_block {
-            Some(g) => l.i32(g as i32),
+        let l = match &decode {
+            Some((per_split, part)) => {
+                let counters = self.decode_counters(w.rows.div_ceil(64));
+                l.i32(*per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters)
+            }
             None => l,
         };
         self.submit(l);
@@ -119,7 +151,15 @@ impl CudaBackend {
 
 impl LinearOps for CudaBackend {
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
-        self.linear_into(x, w, out);
+        self.linear_into(x, w, out, None);
+    }
+
+    /// q/k/v and gate/up: the activations are rounded once for all the tensor-core weights.
+    fn linear_multi(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+        let rounded = (ws.iter().all(|w| w.mma) && x.padded_rows > 0).then(|| self.round_bf16(x));
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.linear_into(x, w, out, rounded.as_ref());
+        }
     }
 
     fn embed(&self, ids: &[u32], table: &CudaWeight, out: &mut CudaTensor) {
@@ -326,7 +366,7 @@ impl AttentionOps for CudaBackend {
         let slots = self.step_meta(step, || {
             batch.slot_mapping.iter().copied().chain(std::iter::repeat(pad_slot)).take(padded).collect()
         });
-        let l = Launch::new(self.kernel("write_kv"), grid_1d(padded * len))
+        let l = Launch::new(self.kernel(&format!("write_kv_{}", kv.store.name())), grid_1d(padded * len))
             .ptr(k.ptr())
             .ptr(v.ptr())
             .ptr(slots.ptr)
@@ -368,21 +408,29 @@ impl AttentionOps for CudaBackend {
         if padded == 0 {
             return;
         }
-        // K and V of every attended position, once per row (f32).
+        // K and V of every attended position, once per row, as stored.
         let attended: u64 = batch.positions.iter().map(|&p| p as u64 + 1).sum();
-        let per_position = (2 * spec.num_kv_heads * spec.head_dim * 4) as u64;
+        let per_position = (2 * spec.num_kv_heads * spec.head_dim * kv.store.bytes()) as u64;
         self.bytes_read.fetch_add(attended * per_position, std::sync::atomic::Ordering::Relaxed);
         let kv_id = crate::step::kv_id(kv);
         let step = self
             .with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));
         let meta = self.step_meta(step, || attention_meta(batch, padded, kv.pad_block()));
+        // Rows per block: a block walks the KV tiles once for the consecutive rows of one lane it
+        // holds, so prefill chunks share their tiles; rows of different lanes in one block would
+        // walk one after another, so batches of about a row per lane (decode) take a row each.
+        // A free choice: the arithmetic of every (row, head) is the same either way.
+        let group = num_heads / spec.num_kv_heads;
+        let rows_per_block =
+            if rows >= 4 * batch.lanes.len().max(1) { (ATT_WARPS * ATT_PAIRS / group).clamp(1, 8) } else { 1 };
         let cfg = LaunchConfig {
-            grid_dim: ((padded * num_heads).div_ceil(ATT_WARPS) as u32, 1, 1),
+            grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, 1),
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: attention_smem(spec.head_dim, kv.store) as u32,
         };
-        // One kernel per head size (kernels/attention.cu): `check_head_dim` admits exactly those.
-        let l = Launch::new(self.kernel(&format!("attention_{}", spec.head_dim)), cfg)
+        // One kernel per head size and store (kernels/attention.cu): `check_head_dim` admits exactly
+        // those head sizes.
+        let l = Launch::new(self.kernel(&format!("attention_{}_{}", spec.head_dim, kv.store.name())), cfg)
             .ptr(q.ptr())
             .ptr(kv.k_ptrs[layer])
             .ptr(kv.v_ptrs[layer])
@@ -392,7 +440,41 @@ impl AttentionOps for CudaBackend {
             .i32(spec.num_kv_heads as i32)
             .i32(spec.block_size as i32)
             .f32(scale)
-            .ptr(out.ptr());
+            .ptr(out.ptr())
+            .i32(rows_per_block as i32);
         self.submit(l);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kperm_bytes;
+
+    /// The stored element of element k, as `kperm` in kernels/linear_mma.cu computes it.
+    fn kperm(k: usize) -> usize {
+        let j = (k % 32) / 2;
+        (k / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + k % 2
+    }
+
+    #[test]
+    fn kperm_bytes_moves_each_element_where_the_kernels_read_it() {
+        let elements: Vec<u16> = (0..256u16).map(|i| i.wrapping_mul(40503)).collect();
+        let bytes: Vec<u8> = elements.iter().flat_map(|e| e.to_le_bytes()).collect();
+        let stored = kperm_bytes(&bytes);
+        for (k, &e) in elements.iter().enumerate() {
+            let s = kperm(k);
+            assert_eq!(u16::from_le_bytes([stored[2 * s], stored[2 * s + 1]]), e, "element {k}");
+        }
+        // Piece p of a group holds step p / 2's half p % 2: positions 2t, 2t + 1 (or 2t + 8, 2t + 9)
+        // of that step hold elements 8t + 4 (p / 2) + 2 (p % 2) + {0, 1}.
+        for p in 0..4 {
+            for t in 0..4 {
+                for b in 0..2 {
+                    let k = 8 * t + 4 * (p / 2) + 2 * (p % 2) + b;
+                    assert_eq!(kperm(k), 8 * p + 2 * t + b, "piece {p}, thread {t}");
+                }
+            }
+        }
+        assert_eq!(kperm_bytes(&stored), bytes, "the permutation is its own inverse");
     }
 }

@@ -92,9 +92,10 @@ fn linear_rows_are_batch_invariant_for_every_format() {
 fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     let Some(b) = device::backend("linear") else { return };
     let mut rng = Rng::new(device::seed());
-    // bf16 weights run on the tensor cores (kernels/linear_mma.cu). At K = 8192 (32 chunks) the
-    // split kernel's shared memory holds partials for 7 token groups, so 57..=64 rows take two
-    // blocks of rows; more take the tiled kernel. Every path must give a row the same bits.
+    // bf16 weights run on the tensor cores: up to 64 rows on the decode kernel
+    // (kernels/linear_mma.cu), which at K = 8192 (32 chunks) and 40 features splits K into 32
+    // blocks whose partials the last to arrive folds; more rows on the wgmma kernel
+    // (kernels/linear_wgmma.cu). Every path must give a row the same bits.
     let (n, k) = (40, 8192);
     let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
     let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
@@ -281,4 +282,51 @@ fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
     b.attention(&qt, &chunked, 0, &batch, heads, 0.125, &mut c);
     let (a, c) = (b.download(&a), b.download(&c));
     assert!(a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()), "write_kv in chunks differs from one write");
+}
+
+/// Prefill chunks: consecutive rows of one lane share their KV tiles in one block (and walk
+/// them in several passes when a group has more than 16 heads). Each row of chunks of every
+/// lane, batched together, equals the row alone — for query groups of 3, 4 and 18 heads.
+#[test]
+fn attention_of_prefill_chunks_equals_each_row_alone() {
+    let Some(b) = device::backend("attention") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xa77e);
+    let (lanes, spec, lens) = lanes_and_spec();
+    let total: usize = lens.iter().sum();
+    let width = spec.num_kv_heads * spec.head_dim;
+    let k = activations(&mut rng, total, width, Spread::Normal);
+    let v = activations(&mut rng, total, width, Spread::DynamicRange);
+    let kv = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|_| total);
+    // Chunks crossing tile and split edges, then a decode row of each lane.
+    let chunks: [(usize, std::ops::Range<usize>); 6] =
+        [(0, 1000..1090), (1, 0..130), (0, 2040..2100), (2, 5..69), (1, 699..700), (0, 63..66)];
+    for heads in [9, 12, 54] {
+        let cols = heads * spec.head_dim;
+        let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+        for (lane, range) in &chunks {
+            for pos in range.clone() {
+                batch.push_row(*lane, 0, pos);
+            }
+        }
+        let m = batch.num_rows();
+        let q: Vec<f32> = activations(&mut rng, m, cols, Spread::Normal).iter().map(|x| x * 0.3).collect();
+        let mut out = b.tensor(m, cols);
+        b.attention(&b.upload(&q, m, cols), &kv, 0, &batch, heads, 0.125, &mut out);
+        let all = b.download(&out);
+        for r in (0..m).step_by(7).chain([m - 1]) {
+            let mut one = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+            one.push_row(batch.row_lane[r] as usize, 0, batch.positions[r] as usize);
+            let mut alone = b.tensor(1, cols);
+            b.attention(&b.upload(&q[r * cols..(r + 1) * cols], 1, cols), &kv, 0, &one, heads, 0.125, &mut alone);
+            let alone = b.download(&alone);
+            let got = &all[r * cols..(r + 1) * cols];
+            if let Some(j) = got.iter().zip(&alone).position(|(a, c)| a.to_bits() != c.to_bits()) {
+                panic!(
+                    "attention, {heads} heads: row {r} of the chunks differs alone at column {j}: {} vs {}",
+                    got[j], alone[j]
+                );
+            }
+        }
+    }
+    eprintln!("attention: rows of prefill chunks equal their solo runs");
 }

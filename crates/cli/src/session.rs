@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_cuda::CudaBackend;
 use plumb_checkpoint::{Checkpoint, CheckpointRef};
-use plumb_core::FullBackend;
+use plumb_core::{FullBackend, KvStore};
 use plumb_engine::Engine;
 use plumb_engine::load;
 use plumb_sampling::SamplingDefaults;
@@ -47,6 +47,15 @@ pub struct ModelArgs {
     /// Drafts per step of --draft-model (1..=16, default 4).
     #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = counts::non_negative)]
     pub draft_k: Option<usize>,
+    /// The element type of the KV cache: `f32` (default), or `f16` / `bf16` on CUDA (half the
+    /// bytes per cached token, also for attention to read). A declared precision: `plumb check`
+    /// gates the backend at it.
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv_dtype)]
+    pub kv_dtype: Option<KvStore>,
+}
+
+fn parse_kv_dtype(s: &str) -> Result<KvStore, String> {
+    KvStore::parse(s).ok_or_else(|| format!("`{s}` is not a KV element type: use f32, f16 or bf16"))
 }
 
 /// How many requests an engine runs at once and the KV room they share.
@@ -137,6 +146,12 @@ impl OpenBackend for CpuBackend {
                 "this command runs on the CPU only so far (--device cuda works with run, serve, check and bench)"
             );
         }
+        if let Some(store) = args.kv_dtype.filter(|&s| s != KvStore::F32) {
+            anyhow::bail!(
+                "--kv-dtype {}: the CPU backend keeps K and V in f32 (16-bit KV caches need --device cuda)",
+                store.name()
+            );
+        }
         warn_threads(args.threads);
         Ok(CpuBackend::new(args.threads))
     }
@@ -148,7 +163,12 @@ impl OpenBackend for CpuBackend {
 impl OpenBackend for CudaBackend {
     fn open(args: &ModelArgs) -> Result<Self> {
         let Device::Cuda(ordinal) = args.device else { anyhow::bail!("the CUDA backend needs --device cuda") };
-        Ok(CudaBackend::new(ordinal)?)
+        let backend = CudaBackend::new(ordinal)?;
+        // The flag, else the backend's own setting (`PLUMB_CUDA_KV`, else f32).
+        if let Some(store) = args.kv_dtype {
+            backend.set_kv_store(store);
+        }
+        Ok(backend)
     }
     fn threads(&self) -> Option<usize> {
         None
@@ -182,6 +202,7 @@ impl OpenBackend for CudaBackend {
             "nvrtc_version": self.nvrtc_version(),
             "kernels_from_disk_cache": self.kernels_cached,
             "cuda_graphs": self.graphs_enabled(),
+            "kv_store": plumb_core::Backend::kv_store(self).name(),
             "graph_steps": {
                 "captured": self.graph_stats().num_captured,
                 "replayed": self.graph_stats().num_replayed,

@@ -1,22 +1,30 @@
-// Paged causal grouped-query attention: one warp per (row, head), prefill, decode and verify rows
-// alike in one launch; one kernel per head size (`attention_64`, ...), so every per-lane array is
-// sized at compile time and the loads of a tile can be issued together.
+// Paged causal grouped-query attention: prefill, decode and verify rows alike in one launch; one
+// kernel per head size (`attention_64`, ...), so every per-lane array is sized at compile time.
 //
 // The canonical arithmetic of one (row, head) at absolute position p, fixed by the model's shapes:
 // positions 0..=p are cut into tiles at absolute multiples of ATT_TILE (64), tiles grouped into
 // splits at absolute multiples of ATT_SPLIT (1024). Score of position j: one fmaf chain over the
-// head's dims in ascending order (q from shared memory, k from the cache), times `scale`.
+// head's dims in ascending order (q, and k as stored: f32, or f16/bf16 widened exactly), times
+// `scale`.
 // Inside a split, tiles are taken in ascending order with an online softmax: tile max (exact),
 // running max m, alpha = exp(m_old - m), exponentials exp(s - m), the tile's sum by the xor
-// butterfly over lanes (each lane first adds its two positions), l = l * alpha + tile sum, and
-// acc[d] = acc[d] * alpha followed by one fmaf per position in ascending order. Splits merge into
-// the total by a left fold in split order (both sides rescaled to the larger max), and the output
-// is acc / l once at the end. Positions past p are never read (causal tiles are skipped), so the
-// result depends only on p and the cached K/V, never on other rows, chunking or cache history.
+// butterfly over lanes (lane i first adds its two positions i and i + 32), l = l * alpha + tile
+// sum, and acc[d] = acc[d] * alpha followed by one fmaf per position in ascending order. Splits
+// merge into the total by a left fold in split order (both sides rescaled to the larger max), and
+// the output is acc / l once at the end. Positions past p never count (their scores are dropped),
+// so the result depends only on p and the cached K/V, never on other rows, chunking or history.
+//
+// The decomposition (free: it changes no rounding). A block takes one KV head and up to
+// `rows_per_block` consecutive rows; rows that share a block table (a prefill chunk of one lane)
+// walk the KV tiles together, so a tile is read from memory once for all their heads of the group.
+// Each tile's K and then V are staged in shared memory by cp.async (V's copy overlaps the scores,
+// the next K's the P·V). Each warp owns up to ATT_PAIRS (row, head) pairs and keeps their softmax
+// state in registers; a walk serves 4 * ATT_PAIRS pairs, and more pairs take more walks.
 
 #define ATT_TILE 64
 #define ATT_SPLIT 1024
 #define ATT_WARPS 4
+#define ATT_PAIRS 4
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -31,136 +39,246 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// meta (u32): positions [num_rows], each row's offset of its block table [num_rows], tables.
-template <int HD>
-__device__ __forceinline__ void attention_body(const float* __restrict__ q, const float* __restrict__ k_cache,
-                                               const float* __restrict__ v_cache, const u32* __restrict__ meta,
-                                               int num_rows, int num_heads, int num_kv_heads, int block_size,
-                                               float scale, float* __restrict__ out) {
-    constexpr int ND = HD / 32;
-    // Positions whose V rows are loaded before their fmafs (64 values per lane in flight).
-    constexpr int JU = 64 / ND < 32 ? 64 / ND : 32;
-    __shared__ __align__(16) float qs[ATT_WARPS][HD];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int unit = blockIdx.x * ATT_WARPS + warp;
-    if (unit >= num_rows * num_heads) return;
-    const int row = unit / num_heads, head = unit % num_heads;
-    const int kv_head = head / (num_heads / num_kv_heads);
-    const u32* positions = meta;
-    const u32* table = meta + 2 * num_rows + meta[num_rows + row];
-    const int ctx = (int)positions[row] + 1;
-    const u64 stride = (u64)num_kv_heads * HD;
-    const u64 base = (u64)kv_head * HD;
+// The element types K and V are stored in (KvStore): values are rounded to them once, by
+// write_kv, and read back exactly (widened to f32) by every row that attends to them.
+#define KV_F32 0
+#define KV_F16 1
+#define KV_BF16 2
 
-    const float* qh = q + ((u64)row * num_heads + head) * HD;
-#pragma unroll
-    for (int i = 0; i < ND; i++) qs[warp][32 * i + lane] = qh[32 * i + lane];
-    __syncwarp();
-
-    float m_tot = NEG_INF, l_tot = 0.0f, acc_tot[ND];
-    float m_s = NEG_INF, l_s = 0.0f, acc_s[ND];
-#pragma unroll
-    for (int i = 0; i < ND; i++) acc_tot[i] = acc_s[i] = 0.0f;
-
-    for (int t0 = 0; t0 < ctx; t0 += ATT_TILE) {
-        // Each lane's two positions of the tile (past the context: the last position, whose
-        // score is then discarded) and their cache slots, shared with the P·V loop below.
-        u32 slot[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int pos = min(t0 + 32 * h + lane, ctx - 1);
-            slot[h] = table[pos / block_size] * (u32)block_size + (u32)(pos % block_size);
-        }
-        // Both scores as two independent fmaf chains over ascending dims, four dims per load.
-        float dot[2] = {0.0f, 0.0f};
-        {
-            const float4* q4 = (const float4*)qs[warp];
-            const float4* k0 = (const float4*)(k_cache + (u64)slot[0] * stride + base);
-            const float4* k1 = (const float4*)(k_cache + (u64)slot[1] * stride + base);
-#pragma unroll 8
-            for (int d = 0; d < HD / 4; d++) {
-                const float4 qv = q4[d], a = k0[d], b = k1[d];
-                dot[0] = fmaf(qv.x, a.x, dot[0]);
-                dot[0] = fmaf(qv.y, a.y, dot[0]);
-                dot[0] = fmaf(qv.z, a.z, dot[0]);
-                dot[0] = fmaf(qv.w, a.w, dot[0]);
-                dot[1] = fmaf(qv.x, b.x, dot[1]);
-                dot[1] = fmaf(qv.y, b.y, dot[1]);
-                dot[1] = fmaf(qv.z, b.z, dot[1]);
-                dot[1] = fmaf(qv.w, b.w, dot[1]);
-            }
-        }
-        float s[2], e[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) s[h] = (t0 + 32 * h + lane < ctx) ? __fmul_rn(dot[h], scale) : NEG_INF;
-        const float m_new = fmaxf(m_s, warp_max(fmaxf(s[0], s[1])));
-        const float alpha = expf(m_s - m_new);
-#pragma unroll
-        for (int h = 0; h < 2; h++) e[h] = (t0 + 32 * h + lane < ctx) ? expf(s[h] - m_new) : 0.0f;
-        l_s = __fadd_rn(__fmul_rn(l_s, alpha), warp_sum(__fadd_rn(e[0], e[1])));
-        const int tlen = min(ATT_TILE, ctx - t0);
-#pragma unroll
-        for (int i = 0; i < ND; i++) acc_s[i] = __fmul_rn(acc_s[i], alpha);
-        // P·V in ascending positions; JU positions' V rows are loaded before their fmafs, so the
-        // loads overlap (the fmaf order per element is unchanged).
-        int j = 0;
-        for (; j + JU <= tlen; j += JU) {
-            float v[JU][ND];
-#pragma unroll
-            for (int u = 0; u < JU; u++) {
-                const int jj = j + u;
-                const u32 sl = __shfl_sync(0xffffffffu, jj < 32 ? slot[0] : slot[1], jj % 32);
-                const float* vr = v_cache + (u64)sl * stride + base;
-#pragma unroll
-                for (int i = 0; i < ND; i++) v[u][i] = vr[32 * i + lane];
-            }
-#pragma unroll
-            for (int u = 0; u < JU; u++) {
-                const int jj = j + u;
-                const float p = __shfl_sync(0xffffffffu, jj < 32 ? e[0] : e[1], jj % 32);
-#pragma unroll
-                for (int i = 0; i < ND; i++) acc_s[i] = fmaf(p, v[u][i], acc_s[i]);
-            }
-        }
-        for (; j < tlen; j++) {
-            const float p = __shfl_sync(0xffffffffu, j < 32 ? e[0] : e[1], j % 32);
-            const u32 sl = __shfl_sync(0xffffffffu, j < 32 ? slot[0] : slot[1], j % 32);
-            const float* vr = v_cache + (u64)sl * stride + base;
-#pragma unroll
-            for (int i = 0; i < ND; i++) acc_s[i] = fmaf(p, vr[32 * i + lane], acc_s[i]);
-        }
-        m_s = m_new;
-        if ((t0 + ATT_TILE) % ATT_SPLIT == 0 || t0 + ATT_TILE >= ctx) {
-            const float m = fmaxf(m_tot, m_s);
-            const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
-            l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
-#pragma unroll
-            for (int i = 0; i < ND; i++) {
-                acc_tot[i] = __fadd_rn(__fmul_rn(acc_tot[i], a_tot), __fmul_rn(acc_s[i], a_s));
-                acc_s[i] = 0.0f;
-            }
-            m_tot = m;
-            m_s = NEG_INF;
-            l_s = 0.0f;
-        }
+template <int ST> struct Kv;
+template <> struct Kv<KV_F32> {
+    static constexpr int BYTES = 4;
+    __device__ static float4 load4(const u8* p) { return *(const float4*)p; }
+    __device__ static float load1(const u8* p) { return *(const float*)p; }
+    __device__ static void store(u8* p, float x) { *(float*)p = x; }
+};
+__device__ __forceinline__ float half_bits_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+template <> struct Kv<KV_F16> {
+    static constexpr int BYTES = 2;
+    __device__ static float4 load4(const u8* p) {
+        const uint2 u = *(const uint2*)p;
+        return make_float4(half_bits_f32(u.x & 0xffffu), half_bits_f32(u.x >> 16), half_bits_f32(u.y & 0xffffu),
+                           half_bits_f32(u.y >> 16));
     }
-    float* oh = out + ((u64)row * num_heads + head) * HD;
-#pragma unroll
-    for (int i = 0; i < ND; i++) oh[32 * i + lane] = __fdiv_rn(acc_tot[i], l_tot);
+    __device__ static float load1(const u8* p) { return half_bits_f32(*(const unsigned short*)p); }
+    __device__ static void store(u8* p, float x) {
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+        *(unsigned short*)p = h;
+    }
+};
+template <> struct Kv<KV_BF16> {
+    static constexpr int BYTES = 2;
+    __device__ static float4 load4(const u8* p) {
+        const uint2 u = *(const uint2*)p;
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                           __uint_as_float(u.y & 0xffff0000u));
+    }
+    __device__ static float load1(const u8* p) { return __uint_as_float((u32)*(const unsigned short*)p << 16); }
+    __device__ static void store(u8* p, float x) { *(unsigned short*)p = (unsigned short)bf16_bits(x); }
+};
+
+// Stores each row's K and V at its slot, rounded to the cache's element type.
+template <int ST>
+__device__ __forceinline__ void write_kv_body(const float* __restrict__ k, const float* __restrict__ v,
+                                              const u32* __restrict__ slots, u8* __restrict__ k_cache,
+                                              u8* __restrict__ v_cache, int num_rows, int len) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)num_rows * len) return;
+    const u64 row = i / len, j = i % len;
+    const u64 at = ((u64)slots[row] * len + j) * Kv<ST>::BYTES;
+    Kv<ST>::store(k_cache + at, k[i]);
+    Kv<ST>::store(v_cache + at, v[i]);
 }
 
-#define ATTENTION_KERNEL(HD)                                                                                \
-    extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)                                            \
-        attention_##HD(const float* q, const float* k_cache, const float* v_cache, const u32* meta,         \
-                       int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, float* out) { \
-        attention_body<HD>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size, scale, \
-                           out);                                                                            \
+// One cache tile (positions t0..t0+63, clamped to `last`) of one KV head into shared memory rows
+// of `stride` bytes: 16-byte pieces, issued by the whole block as one cp.async group.
+template <int HD, int ST>
+__device__ __forceinline__ void att_stage(u8* dst, int stride, const u8* __restrict__ cache, u64 row_stride,
+                                          u64 base, const u32* __restrict__ table, int block_size, int t0, int last) {
+    constexpr int PIECES = HD * Kv<ST>::BYTES / 16;
+    for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += ATT_WARPS * 32) {
+        const int j = i / PIECES, c = i % PIECES;
+        const int pos = min(t0 + j, last);
+        const u64 slot = (u64)table[pos / block_size] * (u64)block_size + (u64)(pos % block_size);
+        cp_async16(dst + j * stride + 16 * c, cache + (slot * row_stride + base) * Kv<ST>::BYTES + 16 * c, true);
     }
-ATTENTION_KERNEL(32)
-ATTENTION_KERNEL(64)
-ATTENTION_KERNEL(96)
-ATTENTION_KERNEL(128)
-ATTENTION_KERNEL(160)
-ATTENTION_KERNEL(192)
-ATTENTION_KERNEL(224)
-ATTENTION_KERNEL(256)
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Shared memory of one block (bytes): K tile [64][HD * BYTES + 16], V tile [64][HD * BYTES], the
+// f32 q of a walk's pairs.
+__host__ __device__ constexpr int att_smem_bytes(int hd, int bytes) {
+    return ATT_TILE * (hd * bytes + 16) + ATT_TILE * hd * bytes + 4 * 4 * ATT_PAIRS * hd;
+}
+
+// meta (u32): positions [num_rows], each row's offset of its block table [num_rows], tables.
+template <int HD, int ST>
+__device__ __forceinline__ void attention_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
+                                               const u8* __restrict__ v_cache, const u32* __restrict__ meta,
+                                               int num_rows, int num_heads, int num_kv_heads, int block_size,
+                                               float scale, float* __restrict__ out, int rows_per_block) {
+    constexpr int ND = HD / 32;
+    constexpr int E = Kv<ST>::BYTES;
+    constexpr int KS = HD * E + 16;  // bytes per staged K row
+    extern __shared__ __align__(16) u8 att_smem[];
+    u8* ks = att_smem;
+    u8* vs = ks + ATT_TILE * KS;
+    float* qs = (float*)(vs + ATT_TILE * HD * E);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = num_heads / num_kv_heads, kv_head = blockIdx.y;
+    const u64 stride = (u64)num_kv_heads * HD, base = (u64)kv_head * HD;
+    const int r_end = min((int)(blockIdx.x + 1) * rows_per_block, num_rows);
+
+    // Runs of consecutive rows with one block table; each run's pairs in walks of 4 * ATT_PAIRS.
+    for (int r0 = blockIdx.x * rows_per_block; r0 < r_end;) {
+        const u32 toff = meta[num_rows + r0];
+        int r1 = r0 + 1;
+        while (r1 < r_end && meta[num_rows + r1] == toff) r1++;
+        const u32* table = meta + 2 * num_rows + toff;
+        const int num_pairs = (r1 - r0) * group;
+        for (int p0 = 0; p0 < num_pairs; p0 += 4 * ATT_PAIRS) {
+            const int p_end = min(p0 + 4 * ATT_PAIRS, num_pairs);
+            // The walk covers its rows' longest context.
+            int ctx_max = 0;
+            for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+
+            // This warp's pairs: p0 + warp + 4 * i.
+            int ctx[ATT_PAIRS], row[ATT_PAIRS], head[ATT_PAIRS];
+            float m_tot[ATT_PAIRS], l_tot[ATT_PAIRS], acc_tot[ATT_PAIRS][ND];
+            float m_s[ATT_PAIRS], l_s[ATT_PAIRS], acc_s[ATT_PAIRS][ND], e[ATT_PAIRS][2];
+#pragma unroll
+            for (int i = 0; i < ATT_PAIRS; i++) {
+                const int p = p0 + warp + 4 * i;
+                row[i] = r0 + p / group;
+                head[i] = kv_head * group + p % group;
+                ctx[i] = p < p_end ? (int)meta[row[i]] + 1 : 0;
+                m_tot[i] = m_s[i] = NEG_INF;
+                l_tot[i] = l_s[i] = 0.0f;
+#pragma unroll
+                for (int d = 0; d < ND; d++) acc_tot[i][d] = acc_s[i][d] = 0.0f;
+                if (ctx[i] > 0) {
+                    const float* qh = q + ((u64)row[i] * num_heads + head[i]) * HD;
+#pragma unroll
+                    for (int d = 0; d < ND; d++) qs[(warp + 4 * i) * HD + 32 * d + lane] = qh[32 * d + lane];
+                }
+            }
+            att_stage<HD, ST>(ks, KS, k_cache, stride, base, table, block_size, 0, ctx_max - 1);
+            for (int t0 = 0; t0 < ctx_max; t0 += ATT_TILE) {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+                __syncthreads();  // K of this tile is in; every warp is done with the last V tile
+                att_stage<HD, ST>(vs, HD * E, v_cache, stride, base, table, block_size, t0, ctx_max - 1);
+#pragma unroll
+                for (int i = 0; i < ATT_PAIRS; i++) {
+                    if (t0 >= ctx[i]) continue;
+                    // Both scores as two independent fmaf chains over ascending dims.
+                    float dot[2] = {0.0f, 0.0f};
+                    const float4* q4 = (const float4*)(qs + (warp + 4 * i) * HD);
+                    const u8* k0 = ks + lane * KS;
+                    const u8* k1 = ks + (lane + 32) * KS;
+#pragma unroll 8
+                    for (int d = 0; d < HD / 4; d++) {
+                        const float4 qv = q4[d], a = Kv<ST>::load4(k0 + 4 * E * d), b = Kv<ST>::load4(k1 + 4 * E * d);
+                        dot[0] = fmaf(qv.x, a.x, dot[0]);
+                        dot[0] = fmaf(qv.y, a.y, dot[0]);
+                        dot[0] = fmaf(qv.z, a.z, dot[0]);
+                        dot[0] = fmaf(qv.w, a.w, dot[0]);
+                        dot[1] = fmaf(qv.x, b.x, dot[1]);
+                        dot[1] = fmaf(qv.y, b.y, dot[1]);
+                        dot[1] = fmaf(qv.z, b.z, dot[1]);
+                        dot[1] = fmaf(qv.w, b.w, dot[1]);
+                    }
+                    float s[2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) s[h] = (t0 + 32 * h + lane < ctx[i]) ? __fmul_rn(dot[h], scale) : NEG_INF;
+                    const float m_new = fmaxf(m_s[i], warp_max(fmaxf(s[0], s[1])));
+                    const float alpha = expf(m_s[i] - m_new);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) e[i][h] = (t0 + 32 * h + lane < ctx[i]) ? expf(s[h] - m_new) : 0.0f;
+                    l_s[i] = __fadd_rn(__fmul_rn(l_s[i], alpha), warp_sum(__fadd_rn(e[i][0], e[i][1])));
+#pragma unroll
+                    for (int d = 0; d < ND; d++) acc_s[i][d] = __fmul_rn(acc_s[i][d], alpha);
+                    m_s[i] = m_new;
+                }
+                __syncthreads();  // every warp is done with this K tile
+                if (t0 + ATT_TILE < ctx_max) {
+                    att_stage<HD, ST>(ks, KS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
+                    asm volatile("cp.async.wait_group 1;\n" ::);
+                } else {
+                    asm volatile("cp.async.wait_group 0;\n" ::);
+                }
+                __syncthreads();  // V of this tile is in
+#pragma unroll
+                for (int i = 0; i < ATT_PAIRS; i++) {
+                    if (t0 >= ctx[i]) continue;
+                    const int tlen = min(ATT_TILE, ctx[i] - t0);
+                    // P·V in ascending positions.
+#pragma unroll 8
+                    for (int j = 0; j < tlen; j++) {
+                        const float p = __shfl_sync(0xffffffffu, j < 32 ? e[i][0] : e[i][1], j % 32);
+                        const u8* vr = vs + j * HD * E;
+#pragma unroll
+                        for (int d = 0; d < ND; d++)
+                            acc_s[i][d] = fmaf(p, Kv<ST>::load1(vr + (32 * d + lane) * E), acc_s[i][d]);
+                    }
+                    if ((t0 + ATT_TILE) % ATT_SPLIT == 0 || t0 + ATT_TILE >= ctx[i]) {
+                        const float m = fmaxf(m_tot[i], m_s[i]);
+                        const float a_tot = expf(m_tot[i] - m), a_s = expf(m_s[i] - m);
+                        l_tot[i] = __fadd_rn(__fmul_rn(l_tot[i], a_tot), __fmul_rn(l_s[i], a_s));
+#pragma unroll
+                        for (int d = 0; d < ND; d++) {
+                            acc_tot[i][d] = __fadd_rn(__fmul_rn(acc_tot[i][d], a_tot), __fmul_rn(acc_s[i][d], a_s));
+                            acc_s[i][d] = 0.0f;
+                        }
+                        m_tot[i] = m;
+                        m_s[i] = NEG_INF;
+                        l_s[i] = 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < ATT_PAIRS; i++) {
+                if (ctx[i] == 0) continue;
+                float* oh = out + ((u64)row[i] * num_heads + head[i]) * HD;
+#pragma unroll
+                for (int d = 0; d < ND; d++) oh[32 * d + lane] = __fdiv_rn(acc_tot[i][d], l_tot[i]);
+            }
+            __syncthreads();  // the next walk restages q and the tiles
+        }
+        r0 = r1;
+    }
+}
+
+#define ATTENTION_KERNEL(HD, NAME, ST)                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)                                            \
+        attention_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,     \
+                                int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, \
+                                float* out, int rows_per_block) {                                           \
+        attention_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,    \
+                               scale, out, rows_per_block);                                                 \
+    }
+#define ATTENTION_KERNELS(HD)            \
+    ATTENTION_KERNEL(HD, f32, KV_F32)   \
+    ATTENTION_KERNEL(HD, f16, KV_F16)   \
+    ATTENTION_KERNEL(HD, bf16, KV_BF16)
+ATTENTION_KERNELS(32)
+ATTENTION_KERNELS(64)
+ATTENTION_KERNELS(96)
+ATTENTION_KERNELS(128)
+ATTENTION_KERNELS(160)
+ATTENTION_KERNELS(192)
+ATTENTION_KERNELS(224)
+ATTENTION_KERNELS(256)
+
+#define WRITE_KV_KERNEL(NAME, ST)                                                                          \
+    extern "C" __global__ void write_kv_##NAME(const float* k, const float* v, const u32* slots, u8* k_cache, \
+                                               u8* v_cache, int num_rows, int len) {                       \
+        write_kv_body<ST>(k, v, slots, k_cache, v_cache, num_rows, len);                                    \
+    }
+WRITE_KV_KERNEL(f32, KV_F32)
+WRITE_KV_KERNEL(f16, KV_F16)
+WRITE_KV_KERNEL(bf16, KV_BF16)

@@ -86,15 +86,3 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* _
     const float* src = x + (u64)rows[blockIdx.x] * cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(u64)blockIdx.x * cols + j] = src[j];
 }
-
-// Stores each row's K and V ([num_rows, len]) at its slot of one layer's cache ([num_slots, len]).
-extern "C" __global__ void write_kv(const float* __restrict__ k, const float* __restrict__ v,
-                                    const u32* __restrict__ slots, float* __restrict__ k_cache,
-                                    float* __restrict__ v_cache, int num_rows, int len) {
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (u64)num_rows * len) return;
-    u64 row = i / len, j = i % len;
-    u64 at = (u64)slots[row] * len + j;
-    k_cache[at] = k[i];
-    v_cache[at] = v[i];
-}

@@ -1,22 +1,35 @@
-// linear on the tensor cores, for bf16 weights whose K is a multiple of 8: out[n, m] = sum_k
+// linear on the tensor cores, for bf16 weights whose K is a multiple of 32: out[n, m] = sum_k
 // bf16(x[n, k]) * w[m, k]. The declared precision (CudaBackend::linear_inputs): each activation
 // is rounded to bf16 (to nearest, ties to even; `round_bf16`, once per call) before the
 // products, as every bf16 engine does; products and sums are fp32.
 //
 // The canonical arithmetic of one output element, fixed by K alone (GPU.md's chunked-K fold):
 // K is cut into chunks of 256 (the last may be shorter; elements past K count as 0 * 0). Chunk c's
-// partial is 16 `mma.sync.m16n8k16` steps s = 0..15 in ascending order, the first onto a zero
+// partial is 16 k16 tensor-core steps s = 0..15 in ascending order, the first onto a zero
 // accumulator. Step s multiplies the 16 chunk elements 32*(s/2) + 8*t + 4*(s%2) + {0, 1, 2, 3}
-// (t = 0..3) placed at the instruction's k positions {2t, 2t+1, 2t+8, 2t+9}: so each thread's
-// weights are 16 contiguous bytes of a row. The element is the left fold p0, p0+p1,
-// (p0+p1)+p2, ... in ascending chunk order (__fadd_rn).
+// (t = 0..3) placed at the instruction's k positions {2t, 2t+1, 2t+8, 2t+9}. The element is the
+// left fold 0+p0, (0+p0)+p1, ... in ascending chunk order (__fadd_rn; the leading 0 + p0 only
+// turns a -0 partial into +0, whichever way a kernel's first step treats its zero accumulator).
 // An mma computes each output element from its own row of A and column of B alone, so which
 // tokens share an instruction (the token tile, the padding past the last row) changes no bit:
-// row r of a batch of M equals that row alone, and both kernels below — the split one for few
-// rows, the register fold for many — compute the same partials and fold them the same way.
+// row r of a batch of M equals that row alone. The decode kernel below (mma.sync, few rows) and
+// the wgmma kernel of linear_wgmma.cu (many rows) compute the same partials and fold them the
+// same way; an mma.sync step and a wgmma step with the same elements at the same k positions give
+// the same bits on Hopper (tests/mma_probe.rs).
+//
+// Storage (`kperm`): bf16 weights and the rounded activations are kept k-permuted, so that each
+// 16-byte piece holds one half of one step: in every group of 32 elements (16 words of two),
+// word j = 4t + c sits at word 4c + t. Piece p of a group is then half p % 2 of the group's step
+// p / 2, positions 0..7 in order: wgmma stages whole pieces, and the mma.sync fragments (thread t
+// takes words {t, 4+t, 8+t, 12+t}) hold the same elements as 16 unpermuted bytes did.
 
 #define MMA_KC 256
-#define MMA_WARPS 8
+
+// The stored index of element k of a k-permuted row.
+__device__ __forceinline__ int kperm(int k) {
+    const int j = (k % 32) / 2;
+    return (k / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + k % 2;
+}
 
 // float -> bf16 bits, round to nearest even (NaN stays a quiet NaN).
 __device__ __forceinline__ u32 bf16_bits(float f) {
@@ -25,13 +38,30 @@ __device__ __forceinline__ u32 bf16_bits(float f) {
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 
-// The activations as the products take them: xb[i] = bf16(x[i]), 8 per thread (n % 8 == 0).
-extern "C" __global__ void round_bf16(const float* __restrict__ x, uint4* __restrict__ xb, u64 n8) {
+// The activations as the products take them, k-permuted: group i of 32 (one thread each; rows
+// are whole groups) of x rounded to bf16, word j = 4t + c stored at word 4c + t.
+extern "C" __global__ void round_bf16(const float* __restrict__ x, u32* __restrict__ xb, u64 n32) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n8) return;
-    const float4 lo = ((const float4*)x)[2 * i], hi = ((const float4*)x)[2 * i + 1];
-    xb[i] = make_uint4(bf16_bits(lo.x) | bf16_bits(lo.y) << 16, bf16_bits(lo.z) | bf16_bits(lo.w) << 16,
-                       bf16_bits(hi.x) | bf16_bits(hi.y) << 16, bf16_bits(hi.z) | bf16_bits(hi.w) << 16);
+    if (i >= n32) return;
+    const float4* src = (const float4*)(x + 32 * i);
+    u32 words[16];
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const float4 v = src[q];
+        words[2 * q] = bf16_bits(v.x) | bf16_bits(v.y) << 16;
+        words[2 * q + 1] = bf16_bits(v.z) | bf16_bits(v.w) << 16;
+    }
+    uint4* dst = (uint4*)(xb + 16 * i);
+#pragma unroll
+    for (int c = 0; c < 4; c++) dst[c] = make_uint4(words[c], words[4 + c], words[8 + c], words[12 + c]);
+}
+
+// Elements k of a k-permuted bf16 row (the embedding of a table the tensor cores also read).
+extern "C" __global__ void embed_bf16_kperm(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
+                                            float* __restrict__ out, int cols) {
+    const unsigned short* row = (const unsigned short*)(table + (u64)ids[blockIdx.x] * row_bytes);
+    for (int k = threadIdx.x; k < cols; k += blockDim.x)
+        out[(u64)blockIdx.x * cols + k] = __uint_as_float((u32)row[kperm(k)] << 16);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
@@ -42,87 +72,19 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The weights of one chunk for this thread: rows ra and rb (features g and g+8 of the tile),
-// 8 elements each at 32*i + 8*t for i = 0..7; zeros past the chunk's end.
-__device__ __forceinline__ void load_chunk(const u8* __restrict__ w, u64 row_bytes, int ra, int rb, int c0, int clen,
-                                           int t, uint4 (&wa)[8], uint4 (&wb)[8]) {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int kk = 32 * i + 8 * t;
-        const bool in = kk < clen;
-        wa[i] = in ? __ldg((const uint4*)(w + (u64)ra * row_bytes + (u64)(c0 + kk) * 2)) : zero;
-        wb[i] = in ? __ldg((const uint4*)(w + (u64)rb * row_bytes + (u64)(c0 + kk) * 2)) : zero;
-    }
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
 
-// One chunk's partial for one token column (xr: the token's bf16 row at the chunk start, or null
-// for a token past the last row, which reads as zeros).
-__device__ __forceinline__ void chunk_partial(const u8* __restrict__ xr, int clen, int t, const uint4 (&wa)[8],
-                                              const uint4 (&wb)[8], float (&d)[4]) {
-    d[0] = d[1] = d[2] = d[3] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int kk = 32 * i + 8 * t;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (xr != nullptr && kk < clen) v = __ldg((const uint4*)(xr + kk * 2));
-        mma_bf16(d, wa[i].x, wb[i].x, wa[i].y, wb[i].y, v.x, v.y);
-        mma_bf16(d, wa[i].z, wb[i].z, wa[i].w, wb[i].w, v.z, v.w);
-    }
+// A 16-byte copy to shared address `dst` (zeros when !valid).
+__device__ __forceinline__ void cp_async16_at(u32 dst, const void* gmem, bool valid) {
+    const int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
 }
-
-// Few rows (decode, verify): a block takes 16 features of `groups_per_block` token groups of 8
-// rows (block x: which groups);
-// its warps take the K chunks (warp w: chunks w, w+8, ...), holding a chunk's weights in
-// registers across the token groups; partials go to shared memory ([chunk][feature][row], sized
-// by the launch) and one thread per (feature, row) folds them in chunk order.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
-    linear_mma_split_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
-                          float* __restrict__ out, int num_rows, int n_out, int k_in, int groups_per_block) {
-    extern __shared__ float part[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int f0 = blockIdx.y * 16, r0 = blockIdx.x * 8 * groups_per_block;
-    const int rows = min(8 * groups_per_block, num_rows - r0);
-    const int groups = (rows + 7) / 8, cols = 8 * groups;
-    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
-    const int ra = min(f0 + g, n_out - 1), rb = min(f0 + g + 8, n_out - 1);
-    for (int c = warp; c < num_chunks; c += MMA_WARPS) {
-        const int c0 = c * MMA_KC, clen = min(MMA_KC, k_in - c0);
-        uint4 wa[8], wb[8];
-        load_chunk(w, row_bytes, ra, rb, c0, clen, t, wa, wb);
-        for (int grp = 0; grp < groups; grp++) {
-            const int tok = r0 + grp * 8 + g;
-            float d[4];
-            chunk_partial(tok < num_rows ? x + ((u64)tok * k_in + c0) * 2 : nullptr, clen, t, wa, wb, d);
-            float* p = part + (u64)c * 16 * cols + grp * 8 + 2 * t;
-            p[g * cols] = d[0];
-            p[g * cols + 1] = d[1];
-            p[(g + 8) * cols] = d[2];
-            p[(g + 8) * cols + 1] = d[3];
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 16 * rows; i += blockDim.x) {
-        const int f = i / rows, r = i % rows;
-        const int m = f0 + f;
-        if (m < n_out) {
-            float acc = part[f * cols + r];
-            for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[((u64)c * 16 + f) * cols + r]);
-            out[(u64)(r0 + r) * n_out + m] = acc;
-        }
-    }
-}
-
-// Many rows (prefill): a block takes 128 features (16 per warp) of 64 rows and walks all of K in
-// half chunks of 128, staged in shared memory by cp.async two stages deep (weights and rows as
-// bf16). Each warp keeps a chunk's partial and the running fold in registers: the same partials
-// as above, folded the same way.
-#define TM_FEAT 128
-#define TM_TOK 64
-#define TM_HALF 128
-#define TM_STRIDE 160  // bf16 per staged row: 128 + 32 (64 bytes: no bank conflicts)
-#define TM_WBYTES (TM_FEAT * TM_STRIDE * 2)
-#define TM_XBYTES (TM_TOK * TM_STRIDE * 2)
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
     u32 dst;
@@ -131,82 +93,125 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
-    linear_mma_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
-                    int num_rows, int n_out, int k_in) {
-    extern __shared__ __align__(16) u8 smem[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int f0 = blockIdx.y * TM_FEAT, r0 = blockIdx.x * TM_TOK;
-    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC, stages = 2 * num_chunks;
+// Staged rows of 512 bytes (one chunk of bf16): piece p of row r sits at p ^ (r % 8), so the 8
+// rows an ldmatrix phase reads hit 8 distinct 16-byte bank groups.
+#define DEC_FEAT 64
+#define DEC_ROW_BYTES (MMA_KC * 2)
 
-    // Stage s (half chunk s) into buffer s % 2: 16-byte pieces, 16 per row; zeros past the
-    // last feature, the last row and K.
-    auto issue = [&](int s) {
-        u8* ws = smem + (s & 1) * (TM_WBYTES + TM_XBYTES);
-        u8* xs = ws + TM_WBYTES;
-        const int k0 = s * TM_HALF;
-        for (int i = threadIdx.x; i < (TM_FEAT + TM_TOK) * 16; i += blockDim.x) {
-            const int row = i / 16, k = k0 + (i % 16) * 8;
-            if (row < TM_FEAT) {
-                const int m = f0 + row;
-                const u8* src = w + (u64)min(m, n_out - 1) * row_bytes + (u64)min(k, k_in - 8) * 2;
-                cp_async16(ws + (row * TM_STRIDE + (i % 16) * 8) * 2, src, m < n_out && k < k_in);
+__device__ __forceinline__ int dec_at(int r, int p) { return r * DEC_ROW_BYTES + ((p ^ (r & 7)) << 4); }
+
+// Few rows (decode, verify; at most 64): a block takes 64 features (16 per warp) of every row over
+// the chunks [split * chunks_per_split, ...) of K. Each chunk's 64 weight rows and the rows of x
+// are staged by cp.async, two chunks deep, into shared memory (512-byte rows, pieces swizzled as
+// above) and read into mma fragments by ldmatrix. With one split the block folds its chunks in
+// registers; with several, each chunk's partial goes to `part` ([chunk][row][feature]) and the
+// last block of a feature tile to arrive (`counters` count arrivals, never add values; that block
+// resets its counter to zero) folds them in chunk order.
+extern "C" __global__ void __launch_bounds__(128, 1)
+    linear_mma_decode_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
+                           float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,
+                           float* __restrict__ part, u32* __restrict__ counters) {
+    extern __shared__ __align__(128) u8 smem[];
+    __shared__ int is_last;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int f0 = blockIdx.x * DEC_FEAT;
+    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
+    const int c_lo = blockIdx.y * chunks_per_split, c_hi = min(num_chunks, c_lo + chunks_per_split);
+    const int groups = (num_rows + 7) / 8;
+    const int stage_bytes = (DEC_FEAT + 8 * groups) * DEC_ROW_BYTES;
+    const bool split = gridDim.y > 1;
+
+    // Chunk c into buffer b: weight rows 0..63, then 8 * groups rows of x (zeros past the last row
+    // and K); consecutive threads take consecutive pieces of a row.
+    auto issue = [&](int c, int b) {
+        u8* st = smem + b * stage_bytes;
+        const int k0 = c * MMA_KC;
+        for (int i = threadIdx.x; i < (DEC_FEAT + 8 * groups) * 32; i += 128) {
+            const int r = i / 32, p = i % 32, k = k0 + 8 * p;
+            const bool kin = k < k_in;
+            if (r < DEC_FEAT) {
+                const int m = f0 + r;
+                cp_async16(st + dec_at(r, p), w + (u64)min(m, n_out - 1) * row_bytes + (u64)min(k, k_in - 8) * 2,
+                           m < n_out && kin);
             } else {
-                const int r = r0 + row - TM_FEAT;
-                const u8* src = x + ((u64)min(r, num_rows - 1) * k_in + min(k, k_in - 8)) * 2;
-                cp_async16(xs + ((row - TM_FEAT) * TM_STRIDE + (i % 16) * 8) * 2, src, r < num_rows && k < k_in);
+                const int tok = r - DEC_FEAT;
+                cp_async16(st + dec_at(r, p), x + ((u64)min(tok, num_rows - 1) * k_in + min(k, k_in - 8)) * 2,
+                           tok < num_rows && kin);
             }
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    float acc[8][4], d[8][4];
-    issue(0);
-    for (int s = 0; s < stages; s++) {
-        if (s + 1 < stages) {
-            issue(s + 1);
+    float acc[8][4];
+    issue(c_lo, 0);
+    for (int c = c_lo; c < c_hi; c++) {
+        const int b = (c - c_lo) & 1;
+        if (c + 1 < c_hi) {
+            issue(c + 1, b ^ 1);
             asm volatile("cp.async.wait_group 1;\n" ::);
         } else {
             asm volatile("cp.async.wait_group 0;\n" ::);
         }
         __syncthreads();
-        const u8* ws = smem + (s & 1) * (TM_WBYTES + TM_XBYTES);
-        const u8* xs = ws + TM_WBYTES;
-        if ((s & 1) == 0) {
+        const u32 st = smem_addr(smem + b * stage_bytes);
+        // This warp's 16 features for all 16 steps: lane l addresses feature row
+        // 16 warp + l % 8 + 8 ((l / 8) % 2), piece 2 s + l / 16 (a0 a1 a2 a3 of mma_bf16).
+        u32 a[16][4];
+        const int ar = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-            for (int grp = 0; grp < 8; grp++) d[grp][0] = d[grp][1] = d[grp][2] = d[grp][3] = 0.0f;
-        }
+        for (int s = 0; s < 16; s++) ldmatrix_x4(a[s], st + dec_at(ar, 2 * s + (lane >> 4)));
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int kk = 32 * i + 8 * t;
-            const uint4 wa = *(const uint4*)(ws + ((warp * 16 + g) * TM_STRIDE + kk) * 2);
-            const uint4 wb = *(const uint4*)(ws + ((warp * 16 + g + 8) * TM_STRIDE + kk) * 2);
+        for (int grp = 0; grp < 8; grp++) {
+            if (grp >= groups) break;
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // Rows of x: lane l addresses token 8 grp + l % 8, piece 2 s + l / 8 (two steps).
+            const int br = DEC_FEAT + 8 * grp + (lane & 7);
 #pragma unroll
-            for (int grp = 0; grp < 8; grp++) {
-                const uint4 v = *(const uint4*)(xs + ((grp * 8 + g) * TM_STRIDE + kk) * 2);
-                mma_bf16(d[grp], wa.x, wb.x, wa.y, wb.y, v.x, v.y);
-                mma_bf16(d[grp], wa.z, wb.z, wa.w, wb.w, v.z, v.w);
+            for (int s = 0; s < 16; s += 2) {
+                u32 bf[4];
+                ldmatrix_x4(bf, st + dec_at(br, 2 * s + (lane >> 3)));
+                mma_bf16(d, a[s][0], a[s][1], a[s][2], a[s][3], bf[0], bf[1]);
+                mma_bf16(d, a[s + 1][0], a[s + 1][1], a[s + 1][2], a[s + 1][3], bf[2], bf[3]);
+            }
+            if (split) {
+                const int fa = f0 + 16 * warp + g, tok = 8 * grp + 2 * t;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int f = fa + 8 * (e / 2), n = tok + e % 2;
+                    if (f < n_out && n < num_rows) part[((u64)c * num_rows + n) * n_out + f] = d[e];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[grp][e] = __fadd_rn(c == c_lo ? 0.0f : acc[grp][e], d[e]);
             }
         }
-        if (s & 1) {
-#pragma unroll
-            for (int grp = 0; grp < 8; grp++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[grp][e] = s == 1 ? d[grp][e] : __fadd_rn(acc[grp][e], d[grp][e]);
-        }
-        __syncthreads();
+        __syncthreads();  // every warp is done with buffer b before it is restaged
     }
-    const int ma = f0 + warp * 16 + g, mb = ma + 8;
+    if (!split) {
 #pragma unroll
-    for (int grp = 0; grp < 8; grp++) {
-        const int n = r0 + grp * 8 + 2 * t;
-        if (n < num_rows) {
-            if (ma < n_out) out[(u64)n * n_out + ma] = acc[grp][0];
-            if (mb < n_out) out[(u64)n * n_out + mb] = acc[grp][2];
+        for (int grp = 0; grp < 8; grp++) {
+            if (grp >= groups) break;
+            const int fa = f0 + 16 * warp + g, tok = 8 * grp + 2 * t;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int f = fa + 8 * (e / 2), n = tok + e % 2;
+                if (f < n_out && n < num_rows) out[(u64)n * n_out + f] = acc[grp][e];
+            }
         }
-        if (n + 1 < num_rows) {
-            if (ma < n_out) out[(u64)(n + 1) * n_out + ma] = acc[grp][1];
-            if (mb < n_out) out[(u64)(n + 1) * n_out + mb] = acc[grp][3];
-        }
+        return;
     }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < num_rows * DEC_FEAT; i += 128) {
+        const int n = i / DEC_FEAT, f = f0 + i % DEC_FEAT;
+        if (f >= n_out) continue;
+        float v = __fadd_rn(0.0f, __ldcg(part + (u64)n * n_out + f));
+        for (int c = 1; c < num_chunks; c++) v = __fadd_rn(v, __ldcg(part + ((u64)c * num_rows + n) * n_out + f));
+        out[(u64)n * n_out + f] = v;
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
