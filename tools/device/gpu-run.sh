@@ -19,6 +19,14 @@ MODEL=${3:-}
 PHASES=${PHASES:-env tests parity check bench}
 mkdir -p "$OUT"
 export PLUMB_HOME=${PLUMB_HOME:-$(mktemp -d /tmp/plumb-home.XXXX)}
+# The default model goes into plumb's cache under its own name, and every phase uses that path:
+# the engine's and server's tests find it there, and plumb check matches the transformers
+# fixtures (fixtures/smollm2) to a model by its file name.
+if [ -n "$MODEL" ]; then
+    mkdir -p "$PLUMB_HOME/models"
+    ln -sf "$(realpath "$MODEL")" "$PLUMB_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    MODEL=$PLUMB_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
+fi
 # NVRTC is loaded at run time: make the toolkit's copy findable wherever it is installed.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -53,9 +61,6 @@ fi
 
 if [ -n "$MODEL" ] && has parity; then
     phase parity
-    # The engine's and server's tests find the default model in plumb's cache.
-    mkdir -p "$PLUMB_HOME/models"
-    ln -sf "$(realpath "$MODEL")" "$PLUMB_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     for t in lanes_parity_cuda picks_cuda drafts_cuda server_errors server_load server_model_defaults server_fuzz_json; do
         [ -x "$BIN/$t" ] || { echo "FAILED: $t is not staged"; continue; }
         echo "-- $t"
@@ -80,6 +85,8 @@ if [ -n "$MODEL" ] && has bench; then
     export PLUMB_EXPERIMENTAL=${PLUMB_EXPERIMENTAL:-llama}
     {
         "$BIN/plumb" bench --device cuda --model "$MODEL" --repetitions 3 --receipt "$OUT/bench-cuda.json" || status=1
+        "$BIN/plumb" bench --device cuda --model "$MODEL" --concurrency 1,8 --prompt-len 128 --gen-len 128 \
+            --receipt "$OUT/bench-concurrency-cuda.json" || status=1
         "$BIN/plumb" run --device cuda --model "$MODEL" --temperature 0 -n 24 "What is the capital of France?" || status=1
     } 2>&1 | tee "$OUT/bench.log"
 fi

@@ -1,40 +1,54 @@
 #!/usr/bin/env bash
-# stage.sh — builds what tools/device/gpu-run.sh runs and copies it into one folder:
-# the release `plumb` binary, the CUDA backend's test binaries (compile, conformance,
-# row_invariance, graphs, pick), the engine's GPU tests (lanes_parity_cuda, picks_cuda,
-# drafts_cuda) and the server's tests built to serve on the GPU (feature `cuda-tests`: errors,
-# load, model_defaults, fuzz_json), plus gpu-run.sh itself.
+# stage.sh — builds what tools/device/gpu-run.sh and bench-8b.sh run and packs it into one archive
+# small enough to travel to a GPU machine: the `plumb` binary, the CUDA backend's test binaries
+# (compile, conformance, row_invariance, graphs, pick, memory, mma_probe) and its gemm_8b example,
+# the engine's GPU tests (lanes_parity_cuda, picks_cuda, drafts_cuda) and the server's tests built
+# to serve on the GPU (feature `cuda-tests`: errors, load, model_defaults, fuzz_json), plus the
+# scripts, all stripped, in DEST_DIR and in DEST_DIR.tar.xz.
 #
 #   tools/device/stage.sh DEST_DIR
 #
-# Builds with the caller's CARGO_TARGET_DIR (default: target). The binaries need no Rust
-# toolchain where they run; CUDA's driver and NVRTC are loaded at run time.
+# Builds with the `gpu` profile (release code, no LTO, no debug info: see Cargo.toml) into the
+# caller's CARGO_TARGET_DIR (default: target); PROFILE=release builds the release profile instead.
+# TESTS=0 stages only `plumb`, gemm_8b and the backend's tests (no engine or server test binaries).
+# The binaries need no Rust toolchain where they run; CUDA's driver and NVRTC load at run time.
+# Unpack there with `tar -xJf DEST_DIR.tar.xz -C DIR`.
 set -euo pipefail
 DEST=${1:?usage: stage.sh DEST_DIR}
+PROFILE=${PROFILE:-gpu}
+rm -rf "$DEST"
 mkdir -p "$DEST"
-cargo build --release -p plumb-cli
 target=${CARGO_TARGET_DIR:-target}
-cp "$target/release/plumb" "$DEST/plumb"
-cargo test --release -p plumb-backend-cuda -p plumb-engine -p plumb-server --features plumb-server/cuda-tests \
-    --no-run --message-format=json 2>/dev/null |
+cargo build --profile "$PROFILE" -p plumb-cli
+cargo build --profile "$PROFILE" -p plumb-backend-cuda --example gemm_8b
+cp "$target/$PROFILE/plumb" "$DEST/plumb"
+cp "$target/$PROFILE/examples/gemm_8b" "$DEST/gemm_8b"
+packages=(-p plumb-backend-cuda)
+if [ "${TESTS:-1}" != 0 ]; then
+    packages+=(-p plumb-engine -p plumb-server --features plumb-server/cuda-tests)
+fi
+cargo test --profile "$PROFILE" "${packages[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, shutil, sys
 dest = sys.argv[1]
+wanted = {
+    "plumb-backend-cuda": ("compile", "conformance", "row_invariance", "graphs", "pick", "memory", "mma_probe"),
+    "plumb-engine": ("lanes_parity_cuda", "picks_cuda", "drafts_cuda"),
+    "plumb-server": ("errors", "load", "model_defaults", "fuzz_json"),
+}
 for line in sys.stdin:
     m = json.loads(line)
     exe = m.get("executable")
     name = m.get("target", {}).get("name")
     pkg = m.get("package_id", "")
-    wanted = {
-        "plumb-backend-cuda": ("compile", "conformance", "row_invariance", "graphs", "pick", "memory"),
-        "plumb-engine": ("lanes_parity_cuda", "picks_cuda", "drafts_cuda"),
-        "plumb-server": ("errors", "load", "model_defaults", "fuzz_json"),
-    }
-    crate = next((c for c in wanted if f"/{c.removeprefix('plumb-')}#" in pkg or f"{c}@" in pkg or f"{c} " in pkg), None)
+    # package ids look like "path+file:///…/crates/backend-cuda#plumb-backend-cuda@0.1.0".
+    crate = next((c for c in wanted if f"#{c}@" in pkg or f"{c}@" in pkg or f"{c} " in pkg), None)
     if exe and m.get("target", {}).get("kind") == ["test"] and crate and name in wanted[crate]:
         out = name if crate != "plumb-server" else f"server_{name}"
         shutil.copy(exe, f"{dest}/{out}")
         print(f"staged {out}")
 ' "$DEST"
-cp "$(dirname "$0")/gpu-run.sh" "$DEST/gpu-run.sh"
-ls -la "$DEST"
+strip "$DEST"/*
+cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$DEST/"
+tar -C "$DEST" -cf - . | xz -T2 -3 >"$DEST.tar.xz"
+ls -la "$DEST" "$DEST.tar.xz"
