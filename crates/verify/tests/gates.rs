@@ -98,42 +98,35 @@ fn whole_model_gate_passes_on_cpu_and_fails_on_faults() {
     std::fs::remove_file(path).unwrap();
 }
 
-#[test]
-fn a_declared_bf16_input_precision_is_gated_at_its_own_floor_and_an_undeclared_one_fails() {
+/// A rounding the backend declares passes the gate at its own floor (at least `floor_factor`
+/// above plain float32's) and conformance; the same rounding left undeclared fails the gate's
+/// NRMS and a conformance case whose op name starts with `op`.
+fn declared_precision_is_gated(declared: Fault, silent: Fault, floor_factor: f64, op: &str) {
     let path = tiny_model::write(7);
     let file = GgufFile::open(&path).unwrap();
     let plain = run_gate(&file, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
-    let declared = run_gate(&file, &faulty(Fault::Bf16Inputs(true)), &controls(), BOUND, 1).unwrap();
-    assert!(declared.pass, "{:#?}", declared.failures);
-    // The floor is float32 with bf16 activations: far above plain float32's.
-    assert!(declared.floor_mean > 100.0 * plain.floor_mean, "{} vs {}", declared.floor_mean, plain.floor_mean);
-    let silent = run_gate(&file, &faulty(Fault::Bf16Inputs(false)), &controls(), BOUND, 1).unwrap();
-    assert!(!silent.pass, "an undeclared precision loss must fail");
-    assert!(silent.failures.iter().any(|f| f.contains("logits NRMS vs float64")), "{:#?}", silent.failures);
-    // Conformance follows the declaration too.
-    assert!(failing(&run_suite(&faulty(Fault::Bf16Inputs(true)), seed())).is_empty());
-    let undeclared = failing(&run_suite(&faulty(Fault::Bf16Inputs(false)), seed()));
-    assert!(undeclared.iter().any(|f| f.starts_with("linear [")), "{undeclared:#?}");
+    let report = run_gate(&file, &faulty(declared), &controls(), BOUND, 1).unwrap();
+    assert!(report.pass, "{declared:?}: {:#?}", report.failures);
+    assert!(report.floor_mean > floor_factor * plain.floor_mean, "{} vs {}", report.floor_mean, plain.floor_mean);
+    let report = run_gate(&file, &faulty(silent), &controls(), BOUND, 1).unwrap();
+    assert!(!report.pass, "{silent:?}: an undeclared precision loss must fail");
+    assert!(report.failures.iter().any(|f| f.contains("logits NRMS vs float64")), "{:#?}", report.failures);
+    assert!(failing(&run_suite(&faulty(declared), seed())).is_empty());
+    let undeclared = failing(&run_suite(&faulty(silent), seed()));
+    assert!(undeclared.iter().any(|f| f.starts_with(op)), "{undeclared:#?}");
     std::fs::remove_file(path).unwrap();
 }
 
 #[test]
+fn a_declared_bf16_input_precision_is_gated_at_its_own_floor_and_an_undeclared_one_fails() {
+    // The floor is float32 with bf16 activations: far above plain float32's.
+    declared_precision_is_gated(Fault::Bf16Inputs(true), Fault::Bf16Inputs(false), 100.0, "linear [");
+}
+
+#[test]
 fn a_declared_f16_kv_cache_is_gated_at_its_own_floor_and_an_undeclared_one_fails() {
-    let path = tiny_model::write(7);
-    let file = GgufFile::open(&path).unwrap();
-    let plain = run_gate(&file, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
-    let declared = run_gate(&file, &faulty(Fault::F16Kv(true)), &controls(), BOUND, 1).unwrap();
-    assert!(declared.pass, "{:#?}", declared.failures);
-    // The floor stores K and V in f16: above plain float32's.
-    assert!(declared.floor_mean > 10.0 * plain.floor_mean, "{} vs {}", declared.floor_mean, plain.floor_mean);
-    let silent = run_gate(&file, &faulty(Fault::F16Kv(false)), &controls(), BOUND, 1).unwrap();
-    assert!(!silent.pass, "an undeclared KV precision loss must fail");
-    assert!(silent.failures.iter().any(|f| f.contains("logits NRMS vs float64")), "{:#?}", silent.failures);
-    // Conformance follows the declaration: the round trip through the cache and attention.
-    assert!(failing(&run_suite(&faulty(Fault::F16Kv(true)), seed())).is_empty());
-    let undeclared = failing(&run_suite(&faulty(Fault::F16Kv(false)), seed()));
-    assert!(undeclared.iter().any(|f| f.starts_with("write_kv")), "{undeclared:#?}");
-    std::fs::remove_file(path).unwrap();
+    // The floor stores K and V in f16; conformance sees it in the round trip through the cache.
+    declared_precision_is_gated(Fault::F16Kv(true), Fault::F16Kv(false), 10.0, "write_kv");
 }
 
 #[test]
