@@ -5,6 +5,7 @@
 //! Nothing depends on which other rows share the batch or whether K/V came from an earlier step.
 
 use crate::SharedOut;
+use crate::linear::prefetch;
 use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
 use plumb_core::{ForwardBatch, KvSpec, LaneStateStore};
@@ -12,7 +13,9 @@ use plumb_core::{ForwardBatch, KvSpec, LaneStateStore};
 /// The largest head the kernel's register accumulators hold.
 pub const MAX_HEAD_DIM: usize = 256;
 
-/// K and V for every layer: [num_slots, num_kv_heads, head_dim] each, f32.
+/// K and V for every layer: [num_kv_heads, num_slots, head_dim] each, f32. Head-major, so the
+/// rows one KV head's attention reads are contiguous within a block (the hardware prefetchers
+/// stream them) instead of one head's slice out of every slot.
 #[derive(Debug)]
 pub struct CpuKvCache {
     pub spec: KvSpec,
@@ -39,17 +42,20 @@ impl CpuKvCache {
         self.k.iter().chain(&self.v).map(Vec::capacity).sum::<usize>() * 4
     }
 
-    fn slot_len(&self) -> usize {
-        self.spec.num_kv_heads * self.spec.head_dim
+    /// Elements of one KV head's rows in a layer (all slots).
+    fn head_len(&self) -> usize {
+        self.spec.num_blocks * self.spec.block_size * self.spec.head_dim
     }
 
     /// Writes rows of K and V ([num_rows, num_kv_heads · head_dim]) at their slots.
     pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], slot_mapping: &[u32]) {
-        let len = self.slot_len();
+        let (hd, heads, head_len) = (self.spec.head_dim, self.spec.num_kv_heads, self.head_len());
         for (r, &slot) in slot_mapping.iter().enumerate() {
-            let at = slot as usize * len;
-            self.k[layer][at..at + len].copy_from_slice(&k[r * len..(r + 1) * len]);
-            self.v[layer][at..at + len].copy_from_slice(&v[r * len..(r + 1) * len]);
+            for h in 0..heads {
+                let (at, src) = (h * head_len + slot as usize * hd, (r * heads + h) * hd);
+                self.k[layer][at..at + hd].copy_from_slice(&k[src..src + hd]);
+                self.v[layer][at..at + hd].copy_from_slice(&v[src..src + hd]);
+            }
         }
     }
 }
@@ -91,7 +97,11 @@ pub fn attention(
             if row != slots_row {
                 let lane = batch.row_lane[row] as usize;
                 slots.clear();
-                slots.extend((0..ctx).map(|p| batch.slot(lane, p) as u32));
+                let bs = batch.block_size;
+                for &block in batch.lanes[lane].block_table.iter().take(ctx.div_ceil(bs)) {
+                    slots.extend((0..bs).map(|o| block * bs as u32 + o as u32));
+                }
+                slots.truncate(ctx);
                 slots_row = row;
             }
             // Query heads kv_head · group .. (kv_head + 1) · group, contiguous in q and out.
@@ -101,7 +111,7 @@ pub fn attention(
             // which outlives `pool.run`.
             let og = unsafe { shared.part(at, group * head_dim) };
             let (k, v) = (&kv.k[layer], &kv.v[layer]);
-            let geometry = Geometry { kv_head, num_kv_heads: spec.num_kv_heads, head_dim, scale };
+            let geometry = Geometry { kv_head, head_len: kv.head_len(), head_dim, scale };
             attend_group(isa, qg, k, v, &slots, geometry, &mut scores, og);
         }
     });
@@ -111,7 +121,8 @@ pub fn attention(
 #[derive(Clone, Copy)]
 struct Geometry {
     kv_head: usize,
-    num_kv_heads: usize,
+    /// Elements of one KV head's rows (the cache is head-major).
+    head_len: usize,
     head_dim: usize,
     scale: f32,
 }
@@ -121,9 +132,18 @@ simd_dispatch! {
     fn attend_group(q: &[f32], k: &[f32], v: &[f32], slots: &[u32], g: Geometry, scores: &mut Vec<f32>, out: &mut [f32]) => attend_group_kernel
 }
 
+/// Query heads whose score chains run side by side, so one load of a K row feeds them all.
+const SCORE_HEADS: usize = 4;
+/// Accumulators the V sum keeps in registers (heads at once × head_dim / 16).
+const V_ACCS: usize = 16;
+/// Positions ahead whose K and V rows are prefetched.
+const AHEAD: usize = 32;
+
 /// The query heads in `q` ([heads, head_dim]) against one KV head: for each head, its scores
 /// (each one 16-lane FMA chain over head_dim, then the `hsum` tree, taken sixteen positions at
-/// a time by `hsum16`, same bits), softmax, and the V sum in position order.
+/// a time by `hsum16`, same bits), softmax, and the V sum in position order. Heads run a few at
+/// a time side by side — independent chains the CPU overlaps, reading each K and V row once for
+/// all of them — which changes no head's own sequence of operations.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_group_kernel<S: F32x16>(
@@ -135,55 +155,110 @@ fn attend_group_kernel<S: F32x16>(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let Geometry { kv_head, num_kv_heads, head_dim, scale } = g;
-    let ctx = slots.len();
-    let num_q = q.len() / head_dim;
-    // Kernels avoid closures: they compile without the caller's target features.
-    let stride = num_kv_heads * head_dim;
-    let base = kv_head * head_dim;
+    let head_dim = g.head_dim;
+    let (ctx, num_q) = (slots.len(), q.len() / head_dim);
     let padded = ctx.div_ceil(LANES) * LANES;
     // [num_q, padded]; the padding scores are 0 as in a fresh buffer (the exp below reads them).
     scores.clear();
     scores.resize(num_q * padded, 0.0);
-    for c in (0..ctx).step_by(LANES) {
-        let chunk = &slots[c..(c + LANES).min(ctx)];
-        for (h, qh) in q.chunks_exact(head_dim).enumerate() {
-            let mut accs = [S::zero(); LANES];
-            for (out, &slot) in accs.iter_mut().zip(chunk) {
-                let kh = &k[slot as usize * stride + base..][..head_dim];
-                // A local accumulator, stored once: through `accs` every FMA would wait on a
-                // store-to-load round trip.
-                let mut acc = S::zero();
-                for j in (0..head_dim).step_by(LANES) {
-                    acc = S::load(&qh[j..]).fma(S::load(&kh[j..]), acc);
-                }
-                *out = acc;
-            }
-            let mut dots = [0f32; LANES];
-            S::hsum16(&accs).mul(S::splat(scale)).store(&mut dots);
-            let valid = chunk.len();
-            scores[h * padded + c..][..valid].copy_from_slice(&dots[..valid]);
-        }
+    let rows = Rows { slots, stride: head_dim, base: g.kv_head * g.head_len, head_dim, padded };
+    let mut h0 = 0;
+    while h0 < num_q {
+        // A direct call per batch size so each keeps its chains in registers.
+        let (qs, sc) = (&q[h0 * head_dim..], &mut scores[h0 * padded..]);
+        h0 += match num_q - h0 {
+            1 => score_heads::<S, 1>(qs, k, &rows, g.scale, sc),
+            2 => score_heads::<S, 2>(qs, k, &rows, g.scale, sc),
+            3 => score_heads::<S, 3>(qs, k, &rows, g.scale, sc),
+            _ => score_heads::<S, SCORE_HEADS>(qs, k, &rows, g.scale, sc),
+        };
     }
-    for (sc, oh) in scores.chunks_exact_mut(padded).zip(out.chunks_exact_mut(head_dim)) {
-        softmax_v::<S>(sc, ctx, v, slots, stride, base, head_dim, oh);
+    let nv = head_dim / LANES;
+    assert!(nv <= MAX_HEAD_DIM / LANES, "head_dim above {MAX_HEAD_DIM} is not supported");
+    let batch = (V_ACCS / nv).clamp(1, V_ACCS);
+    let mut h0 = 0;
+    while h0 < num_q {
+        let hb = (num_q - h0).min(batch);
+        let mut inv = [0f32; V_ACCS];
+        for (h, i) in inv.iter_mut().enumerate().take(hb) {
+            *i = softmax::<S>(&mut scores[(h0 + h) * padded..][..padded], ctx);
+        }
+        let (sc, o) = (&scores[h0 * padded..], &mut out[h0 * head_dim..]);
+        match (nv, hb) {
+            (4, 1) => v_sum::<S, 4, 1>(sc, v, &rows, &inv, o),
+            (4, 2) => v_sum::<S, 4, 2>(sc, v, &rows, &inv, o),
+            (4, 3) => v_sum::<S, 4, 3>(sc, v, &rows, &inv, o),
+            (4, 4) => v_sum::<S, 4, 4>(sc, v, &rows, &inv, o),
+            (8, 1) => v_sum::<S, 8, 1>(sc, v, &rows, &inv, o),
+            (8, 2) => v_sum::<S, 8, 2>(sc, v, &rows, &inv, o),
+            (16, 1) => v_sum::<S, 16, 1>(sc, v, &rows, &inv, o),
+            _ => {
+                for h in 0..hb {
+                    v_sum_one::<S>(&sc[h * padded..], v, &rows, inv[h], &mut o[h * head_dim..][..head_dim]);
+                }
+            }
+        }
+        h0 += hb;
     }
 }
 
-/// `out` = softmax(scores[..ctx]) · V for one head: the sums run in a fixed lane order over
-/// positions, then the V sum in position order.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn softmax_v<S: F32x16>(
-    scores: &mut [f32],
-    ctx: usize,
-    v: &[f32],
-    slots: &[u32],
+/// Where a KV head's rows sit: the slot of each position, the row stride, the head's offset.
+struct Rows<'a> {
+    slots: &'a [u32],
     stride: usize,
     base: usize,
     head_dim: usize,
-    out: &mut [f32],
-) {
+    /// Scores per head, padded to whole chunks of sixteen.
+    padded: usize,
+}
+
+impl Rows<'_> {
+    #[inline(always)]
+    fn of<'v>(&self, t: &'v [f32], slot: u32) -> &'v [f32] {
+        &t[slot as usize * self.stride + self.base..][..self.head_dim]
+    }
+}
+
+/// The scores of `H` query heads (`q` [H, head_dim], `scores` [H, padded]); returns `H`.
+#[inline(always)]
+fn score_heads<S: F32x16, const H: usize>(q: &[f32], k: &[f32], r: &Rows, scale: f32, scores: &mut [f32]) -> usize {
+    let (ctx, hd) = (r.slots.len(), r.head_dim);
+    for c in (0..ctx).step_by(LANES) {
+        let chunk = &r.slots[c..(c + LANES).min(ctx)];
+        let next = &r.slots[(c + AHEAD).min(ctx)..(c + AHEAD + LANES).min(ctx)];
+        let mut accs = [[S::zero(); LANES]; H];
+        for (i, &slot) in chunk.iter().enumerate() {
+            // The next chunk's rows (another block) are fetched while this one is computed.
+            if let Some(&ahead) = next.get(i) {
+                prefetch(r.of(k, ahead));
+            }
+            let kh = r.of(k, slot);
+            // Local accumulators, stored once: through `accs` every FMA would wait on a
+            // store-to-load round trip.
+            let mut a = [S::zero(); H];
+            for j in (0..hd).step_by(LANES) {
+                let kv = S::load(&kh[j..]);
+                for (h, a) in a.iter_mut().enumerate() {
+                    *a = S::load(&q[h * hd + j..]).fma(kv, *a);
+                }
+            }
+            for (acc, a) in accs.iter_mut().zip(a) {
+                acc[i] = a;
+            }
+        }
+        for (h, acc) in accs.iter().enumerate() {
+            let mut dots = [0f32; LANES];
+            S::hsum16(acc).mul(S::splat(scale)).store(&mut dots);
+            scores[h * r.padded + c..][..chunk.len()].copy_from_slice(&dots[..chunk.len()]);
+        }
+    }
+    H
+}
+
+/// Softmax numerators of one head in place (`scores[..ctx]`, the padding to whole chunks set to
+/// 0): e^(s − max), summed in a fixed lane order over positions; returns 1 / the sum.
+#[inline(always)]
+fn softmax<S: F32x16>(scores: &mut [f32], ctx: usize) -> f32 {
     let mut max = f32::NEG_INFINITY;
     for &s in &scores[..ctx] {
         if s > max {
@@ -199,12 +274,51 @@ fn softmax_v<S: F32x16>(
         scores[c..c + LANES].copy_from_slice(&p);
         sum = sum.add(S::load(&p));
     }
-    let inv = 1.0 / sum.hsum();
+    1.0 / sum.hsum()
+}
+
+/// out[h] = (Σ_p scores[h][p] · V[p]) · inv[h] for `H` heads (head_dim = 16 · NV), positions in
+/// order, one FMA chain per output vector.
+#[inline(always)]
+fn v_sum<S: F32x16, const NV: usize, const H: usize>(
+    scores: &[f32],
+    v: &[f32],
+    r: &Rows,
+    inv: &[f32; V_ACCS],
+    out: &mut [f32],
+) {
+    let mut acc = [[S::zero(); NV]; H];
+    for (p, &slot) in r.slots.iter().enumerate() {
+        if let Some(&ahead) = r.slots.get(p + AHEAD) {
+            prefetch(r.of(v, ahead));
+        }
+        let vh = r.of(v, slot);
+        let mut vv = [S::zero(); NV];
+        for (i, x) in vv.iter_mut().enumerate() {
+            *x = S::load(&vh[i * LANES..]);
+        }
+        for (h, acc_h) in acc.iter_mut().enumerate() {
+            let pv = S::splat(scores[h * r.padded + p]);
+            for (a, x) in acc_h.iter_mut().zip(&vv) {
+                *a = pv.fma(*x, *a);
+            }
+        }
+    }
+    for (h, acc_h) in acc.iter().enumerate() {
+        let inv_v = S::splat(inv[h]);
+        for (i, a) in acc_h.iter().enumerate() {
+            a.mul(inv_v).store(&mut out[h * r.head_dim + i * LANES..]);
+        }
+    }
+}
+
+/// `v_sum` for one head of any head_dim that is a multiple of 16.
+#[inline(always)]
+fn v_sum_one<S: F32x16>(scores: &[f32], v: &[f32], r: &Rows, inv: f32, out: &mut [f32]) {
     let mut acc = [S::zero(); MAX_HEAD_DIM / LANES];
-    let nv = head_dim / LANES;
-    assert!(nv <= acc.len(), "head_dim above 256 is not supported");
-    for (p, &slot) in scores.iter().zip(slots.iter()) {
-        let vh = &v[slot as usize * stride + base..][..head_dim];
+    let nv = r.head_dim / LANES;
+    for (p, &slot) in scores.iter().zip(r.slots.iter()) {
+        let vh = r.of(v, slot);
         let pv = S::splat(*p);
         for (i, a) in acc.iter_mut().take(nv).enumerate() {
             *a = pv.fma(S::load(&vh[i * LANES..]), *a);

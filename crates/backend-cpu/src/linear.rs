@@ -144,13 +144,17 @@ fn fused_part<S: F32x16, F: weights::Fused>(
 /// Tiles ahead that decode prefetches (measured: 2 gives +5–15% tg128 over none; 4 and 8 less).
 const PREFETCH_TILES: usize = 2;
 
-/// Hints the CPU to bring `bytes` into cache.
+/// Hints the CPU to bring `data` into cache, a 64-byte line at a time.
 #[inline(always)]
-pub(crate) fn prefetch(bytes: &[u8]) {
+pub(crate) fn prefetch<T>(data: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: prefetching is a hint that never faults; SSE is part of the x86_64 baseline.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    {
+        let start = data.as_ptr().cast::<u8>();
+        for at in (0..std::mem::size_of_val(data)).step_by(64) {
+            // SAFETY: `at` is inside `data`, so the offset stays in its allocation; prefetching
+            // is a hint that never faults; SSE is part of the x86_64 baseline.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(start.add(at).cast()) };
+        }
     }
 }
 
