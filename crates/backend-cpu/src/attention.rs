@@ -9,6 +9,7 @@ use crate::linear::prefetch;
 use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
 use plumb_core::{ForwardBatch, KvSpec, LaneStateStore};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The largest head the kernel's register accumulators hold.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -83,10 +84,11 @@ pub fn attention(
     let units = num_rows * spec.num_kv_heads;
     assert_eq!(out.len(), num_rows * num_heads * head_dim, "attention: out shape");
     let shared = SharedOut::new(out);
-    pool.run(&|t, nt| {
-        // Units interleave across threads: with causal attention later rows cost more, so
-        // contiguous ranges would leave the first thread idle.
-        let range = (t..units).step_by(nt);
+    let next = AtomicUsize::new(0);
+    pool.run(&|_, _| {
+        // Threads take units one at a time from a shared counter: rows cost more the longer
+        // their context, and a thread the machine slows down leaves its units to the others.
+        let range = std::iter::from_fn(|| Some(next.fetch_add(1, Ordering::Relaxed))).take_while(|&u| u < units);
         // Per-thread scratch, reused by every unit of the launch.
         let (mut slots, mut scores) = (Vec::new(), Vec::new());
         let mut slots_row = usize::MAX;

@@ -135,6 +135,23 @@ fn micro<S: F32x16, F: Fused, const R: usize, const C: usize>(
             blocks[c] = &cols[c][sb * F::BYTES..(sb + 1) * F::BYTES];
             heads[c] = F::header::<S>(blocks[c]);
         }
+        if F::GROUP == 1 {
+            // One block per group: every column's weights first, then each row's activations
+            // loaded once for all columns (half the loads of the column-major order below).
+            for (g, xb) in xsb.iter().enumerate() {
+                let mut wv = [[S::zero(); 8]; C];
+                for c in 0..C {
+                    F::group::<S>(blocks[c], &heads[c], g, &mut wv[c]);
+                }
+                for (acc_r, x) in acc.iter_mut().zip(xb) {
+                    let (lo, hi) = (S::load(x), S::load(&x[16..]));
+                    for c in 0..C {
+                        acc_r[c] = hi.fma(wv[c][1], lo.fma(wv[c][0], acc_r[c]));
+                    }
+                }
+            }
+            continue;
+        }
         for (g, xg) in xsb.chunks_exact(F::GROUP).enumerate() {
             for c in 0..C {
                 let mut wv = [S::zero(); 8];

@@ -7,10 +7,11 @@
 //! elements are computed together, never an element's own sequence of operations; threads split
 //! outputs, never the reduction.
 
-use crate::pool::{Pool, split_range};
+use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, simd_dispatch};
 use crate::{CpuWeight, SharedOut, fused, weights};
 use plumb_core::GgmlType;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Weight rows dequantized together (one tile).
 const TILE_M: usize = 8;
@@ -31,21 +32,37 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
     // Tile counts per weight; a thread takes a contiguous range of the concatenated tiles.
     let tiles: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(TILE_M)).collect();
     let total: usize = tiles.iter().sum();
-    pool.run(&|t, nt| {
-        let mine = split_range(total, t, nt, 1);
-        let mut first = 0;
-        for (i, w) in ws.iter().enumerate() {
-            let (lo, hi) = (mine.start.max(first), mine.end.min(first + tiles[i]));
-            if lo < hi {
-                let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(w.rows));
-                // Threads own disjoint column ranges m_start..m_end of every row (their tile ranges
-                // do not overlap); the kernels borrow only those elements (see `SharedOut::part`).
-                linear_part(isa, x, &packed, num_rows, w, m_start, m_end, shared[i]);
+    // Threads take runs of tiles from a shared counter rather than fixed shares, so a thread
+    // that the machine slows down (another tenant, an interrupt) leaves its work to the others.
+    // Which thread computes a tile changes none of its arithmetic.
+    let next = AtomicUsize::new(0);
+    pool.run(&|_, nt| {
+        let grab = (total / (nt * GRABS_PER_THREAD)).max(1);
+        loop {
+            let start = next.fetch_add(grab, Ordering::Relaxed);
+            if start >= total {
+                break;
             }
-            first += tiles[i];
+            let mine = start..(start + grab).min(total);
+            let mut first = 0;
+            for (i, w) in ws.iter().enumerate() {
+                let (lo, hi) = (mine.start.max(first), mine.end.min(first + tiles[i]));
+                if lo < hi {
+                    let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(w.rows));
+                    // Each run of tiles is one thread's, so threads own disjoint column ranges
+                    // m_start..m_end of every row; the kernels borrow only those elements (see
+                    // `SharedOut::part`).
+                    linear_part(isa, x, &packed, num_rows, w, m_start, m_end, shared[i]);
+                }
+                first += tiles[i];
+            }
         }
     });
 }
+
+/// Runs of tiles per thread and launch: enough for a slowed thread's work to move to the others,
+/// few enough that each run is long for the prefetcher.
+const GRABS_PER_THREAD: usize = 8;
 
 /// Whether `linear` has a fused kernel for weights of `ty`.
 fn has_fused(ty: GgmlType) -> bool {

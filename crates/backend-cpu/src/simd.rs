@@ -167,6 +167,20 @@ pub trait F32x16: Copy {
     fn nibbles(q: &[u8]) -> (Self, Self) {
         (Self::from_nibbles::<false>(q), Self::from_nibbles::<true>(q))
     }
+    /// Q4_1's weights of 16 bytes of nibbles: `fma(n, d, m)` for the low nibbles, then the high.
+    /// An instruction set may look the sixteen possible values up instead of converting each
+    /// nibble (the same `fma` of the same values, so the same bits).
+    fn nibbles_fma(q: &[u8], d: Self, m: Self) -> (Self, Self) {
+        let (lo, hi) = Self::nibbles(q);
+        (lo.fma(d, m), hi.fma(d, m))
+    }
+    /// Q4_0's weights of 16 bytes of nibbles: `(n − 8) · d`, low nibbles then high (as
+    /// `nibbles_fma`, possibly by a table of the sixteen values).
+    fn nibbles_centered(q: &[u8], d: Self) -> (Self, Self) {
+        let (lo, hi) = Self::nibbles(q);
+        let eight = Self::splat(8.0);
+        (lo.sub(eight).mul(d), hi.sub(eight).mul(d))
+    }
 }
 
 /// e^x for every lane, accurate to about 2 ulp; lanes below -87.3 give the smallest normal.

@@ -21,10 +21,8 @@ impl Block32 for Q4_0 {
     const BYTES: usize = 18;
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
-        let d = S::splat_f16(b, 0);
-        let eight = S::splat(8.0);
-        let (lo, hi) = S::nibbles(&b[2..]);
-        [lo.sub(eight).mul(d), hi.sub(eight).mul(d)]
+        let (lo, hi) = S::nibbles_centered(&b[2..], S::splat_f16(b, 0));
+        [lo, hi]
     }
 }
 
@@ -33,8 +31,8 @@ impl Block32 for Q4_1 {
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
         let (d, m) = S::splat_f16_pair(b);
-        let (lo, hi) = S::nibbles(&b[4..]);
-        [lo.fma(d, m), hi.fma(d, m)]
+        let (lo, hi) = S::nibbles_fma(&b[4..], d, m);
+        [lo, hi]
     }
 }
 

@@ -25,6 +25,24 @@ fn widen(q: &[u8]) -> __m512i {
     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(q.as_ptr().cast())) }
 }
 
+/// Lanes 0, 1, …, 15 as f32.
+#[inline(always)]
+fn iota() -> __m512 {
+    // SAFETY: see the module note.
+    unsafe { _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.) }
+}
+
+/// (table[q & 15], table[q >> 4]) lane by lane for the 16 bytes at `q[0..16]`.
+#[inline(always)]
+fn lookup_nibbles(table: __m512, q: &[u8]) -> (Avx512, Avx512) {
+    let b = widen(q);
+    // SAFETY: see the module note. `permutexvar` reads the low four bits of each index lane, so
+    // the low nibble needs no mask.
+    unsafe {
+        (Avx512(_mm512_permutexvar_ps(b, table)), Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32::<4>(b), table)))
+    }
+}
+
 /// Lane `L` of `v` in all sixteen lanes.
 #[inline(always)]
 fn broadcast_lane<const L: i32>(v: __m128) -> __m512 {
@@ -220,6 +238,19 @@ impl F32x16 for Avx512 {
         }
         let v = f16x4(q);
         (Avx512(broadcast_lane::<0>(v)), Avx512(broadcast_lane::<1>(v)))
+    }
+    #[inline(always)]
+    fn nibbles_fma(q: &[u8], d: Self, m: Self) -> (Self, Self) {
+        // Lane n of the table is fma(n, d, m): each weight is one lookup (a permute takes the low
+        // four bits of its index lane) instead of a mask, a conversion and an FMA.
+        let table = Avx512(iota()).fma(d, m).0;
+        lookup_nibbles(table, q)
+    }
+    #[inline(always)]
+    fn nibbles_centered(q: &[u8], d: Self) -> (Self, Self) {
+        // SAFETY: see the module note.
+        let table = unsafe { _mm512_sub_ps(iota(), _mm512_set1_ps(8.0)) };
+        lookup_nibbles(Avx512(table).mul(d).0, q)
     }
     #[inline(always)]
     fn nibbles(q: &[u8]) -> (Self, Self) {
