@@ -1,65 +1,20 @@
-//! Paged causal attention with grouped-query heads, and the K/V store it reads.
+//! Paged causal attention with grouped-query heads over the K/V store (`kv_cache`), in whatever
+//! element type it keeps.
 //! Each (row, head) is computed alone: scores over positions 0..=position in position order, a
 //! softmax whose sums run in a fixed lane order over positions, then the V sum in position order
 //! (heads sharing a KV head are computed side by side, which changes no head's arithmetic).
 //! Nothing depends on which other rows share the batch or whether K/V came from an earlier step.
 
 use crate::SharedOut;
+use crate::kv_cache::{Bf16, CpuKvCache, F16, KvElem, KvPlanes, head_len};
 use crate::linear::prefetch;
 use crate::pool::Pool;
 use crate::simd::{F32x16, Isa, LANES, exp, simd_dispatch};
-use plumb_core::{ForwardBatch, KvSpec, LaneStateStore};
+use plumb_core::ForwardBatch;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The largest head the kernel's register accumulators hold.
 pub const MAX_HEAD_DIM: usize = 256;
-
-/// K and V for every layer: [num_kv_heads, num_slots, head_dim] each, f32. Head-major, so the
-/// rows one KV head's attention reads are contiguous within a block (the hardware prefetchers
-/// stream them) instead of one head's slice out of every slot.
-#[derive(Debug)]
-pub struct CpuKvCache {
-    pub spec: KvSpec,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-    /// Per-lane state of the linear-attention layers (`KvSpec::lane_state`).
-    pub lane_state: LaneStateStore<f32>,
-}
-
-impl CpuKvCache {
-    /// Allocates zeroed storage; pages become resident only when written.
-    pub fn new(spec: &KvSpec) -> Self {
-        let per_layer = spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim;
-        CpuKvCache {
-            spec: *spec,
-            k: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
-            v: (0..spec.num_layers).map(|_| vec![0f32; per_layer]).collect(),
-            lane_state: LaneStateStore::new(&spec.lane_state),
-        }
-    }
-
-    /// Bytes its K/V buffers hold, as allocated (all layers, all blocks).
-    pub fn kv_allocated_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(Vec::capacity).sum::<usize>() * 4
-    }
-
-    /// Elements of one KV head's rows in a layer (all slots).
-    fn head_len(&self) -> usize {
-        self.spec.num_blocks * self.spec.block_size * self.spec.head_dim
-    }
-
-    /// Writes rows of K and V ([num_rows, num_kv_heads · head_dim]) at their slots.
-    pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], slot_mapping: &[u32]) {
-        let (hd, heads, head_len) = (self.spec.head_dim, self.spec.num_kv_heads, self.head_len());
-        for (r, &slot) in slot_mapping.iter().enumerate() {
-            for h in 0..heads {
-                let (at, src) = (h * head_len + slot as usize * hd, (r * heads + h) * hd);
-                self.k[layer][at..at + hd].copy_from_slice(&k[src..src + hd]);
-                self.v[layer][at..at + hd].copy_from_slice(&v[src..src + hd]);
-            }
-        }
-    }
-}
 
 /// out = attention(q) for every row and head, split over threads by (row, KV head): the query
 /// heads that share a KV head run together, so each K and V row is fetched once for all of them.
@@ -70,6 +25,27 @@ pub fn attention(
     q: &[f32],
     kv: &CpuKvCache,
     layer: usize,
+    batch: &ForwardBatch,
+    num_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    match &kv.planes {
+        KvPlanes::F32(p) => attention_in(pool, isa, q, kv, &p.k[layer], &p.v[layer], batch, num_heads, scale, out),
+        KvPlanes::F16(p) => attention_in(pool, isa, q, kv, &p.k[layer], &p.v[layer], batch, num_heads, scale, out),
+        KvPlanes::Bf16(p) => attention_in(pool, isa, q, kv, &p.k[layer], &p.v[layer], batch, num_heads, scale, out),
+    }
+}
+
+/// `attention` over one layer's K and V planes of element type `E`.
+#[allow(clippy::too_many_arguments)]
+fn attention_in<E: Attend>(
+    pool: &Pool,
+    isa: Isa,
+    q: &[f32],
+    kv: &CpuKvCache,
+    k: &[E],
+    v: &[E],
     batch: &ForwardBatch,
     num_heads: usize,
     scale: f32,
@@ -112,9 +88,8 @@ pub fn attention(
             // SAFETY: each (row, KV head) unit is one thread's and owns its heads' slice of `out`,
             // which outlives `pool.run`.
             let og = unsafe { shared.part(at, group * head_dim) };
-            let (k, v) = (&kv.k[layer], &kv.v[layer]);
-            let geometry = Geometry { kv_head, head_len: kv.head_len(), head_dim, scale };
-            attend_group(isa, qg, k, v, &slots, geometry, &mut scores, og);
+            let geometry = Geometry { kv_head, head_len: head_len(spec), head_dim, scale };
+            E::attend_group(isa, qg, k, v, &slots, geometry, &mut scores, og);
         }
     });
 }
@@ -129,9 +104,43 @@ struct Geometry {
     scale: f32,
 }
 
-simd_dispatch! {
+/// A stored element type with its own compiled kernels (one dispatcher per type).
+trait Attend: KvElem {
     #[allow(clippy::too_many_arguments)]
-    fn attend_group(q: &[f32], k: &[f32], v: &[f32], slots: &[u32], g: Geometry, scores: &mut Vec<f32>, out: &mut [f32]) => attend_group_kernel
+    fn attend_group(
+        isa: Isa,
+        q: &[f32],
+        k: &[Self],
+        v: &[Self],
+        slots: &[u32],
+        g: Geometry,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    );
+}
+
+macro_rules! attend_for {
+    ($($elem:ty => $dispatch:ident, $kernel:ident);* $(;)?) => {$(
+        simd_dispatch! {
+            #[allow(clippy::too_many_arguments)]
+            fn $dispatch(q: &[f32], k: &[$elem], v: &[$elem], slots: &[u32], g: Geometry, scores: &mut Vec<f32>, out: &mut [f32]) => $kernel
+        }
+        #[inline(always)]
+        #[allow(clippy::too_many_arguments)]
+        fn $kernel<S: F32x16>(q: &[f32], k: &[$elem], v: &[$elem], slots: &[u32], g: Geometry, scores: &mut Vec<f32>, out: &mut [f32]) {
+            attend_group_kernel::<S, $elem>(q, k, v, slots, g, scores, out)
+        }
+        impl Attend for $elem {
+            fn attend_group(isa: Isa, q: &[f32], k: &[Self], v: &[Self], slots: &[u32], g: Geometry, scores: &mut Vec<f32>, out: &mut [f32]) {
+                $dispatch(isa, q, k, v, slots, g, scores, out)
+            }
+        }
+    )*};
+}
+attend_for! {
+    f32 => attend_f32, attend_f32_kernel;
+    F16 => attend_f16, attend_f16_kernel;
+    Bf16 => attend_bf16, attend_bf16_kernel;
 }
 
 /// Query heads whose score chains run side by side, so one load of a K row feeds them all.
@@ -148,10 +157,10 @@ const AHEAD: usize = 32;
 /// all of them — which changes no head's own sequence of operations.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn attend_group_kernel<S: F32x16>(
+fn attend_group_kernel<S: F32x16, E: KvElem>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[E],
+    v: &[E],
     slots: &[u32],
     g: Geometry,
     scores: &mut Vec<f32>,
@@ -169,10 +178,10 @@ fn attend_group_kernel<S: F32x16>(
         // A direct call per batch size so each keeps its chains in registers.
         let (qs, sc) = (&q[h0 * head_dim..], &mut scores[h0 * padded..]);
         h0 += match num_q - h0 {
-            1 => score_heads::<S, 1>(qs, k, &rows, g.scale, sc),
-            2 => score_heads::<S, 2>(qs, k, &rows, g.scale, sc),
-            3 => score_heads::<S, 3>(qs, k, &rows, g.scale, sc),
-            _ => score_heads::<S, SCORE_HEADS>(qs, k, &rows, g.scale, sc),
+            1 => score_heads::<S, E, 1>(qs, k, &rows, g.scale, sc),
+            2 => score_heads::<S, E, 2>(qs, k, &rows, g.scale, sc),
+            3 => score_heads::<S, E, 3>(qs, k, &rows, g.scale, sc),
+            _ => score_heads::<S, E, SCORE_HEADS>(qs, k, &rows, g.scale, sc),
         };
     }
     let nv = head_dim / LANES;
@@ -187,16 +196,16 @@ fn attend_group_kernel<S: F32x16>(
         }
         let (sc, o) = (&scores[h0 * padded..], &mut out[h0 * head_dim..]);
         match (nv, hb) {
-            (4, 1) => v_sum::<S, 4, 1>(sc, v, &rows, &inv, o),
-            (4, 2) => v_sum::<S, 4, 2>(sc, v, &rows, &inv, o),
-            (4, 3) => v_sum::<S, 4, 3>(sc, v, &rows, &inv, o),
-            (4, 4) => v_sum::<S, 4, 4>(sc, v, &rows, &inv, o),
-            (8, 1) => v_sum::<S, 8, 1>(sc, v, &rows, &inv, o),
-            (8, 2) => v_sum::<S, 8, 2>(sc, v, &rows, &inv, o),
-            (16, 1) => v_sum::<S, 16, 1>(sc, v, &rows, &inv, o),
+            (4, 1) => v_sum::<S, E, 4, 1>(sc, v, &rows, &inv, o),
+            (4, 2) => v_sum::<S, E, 4, 2>(sc, v, &rows, &inv, o),
+            (4, 3) => v_sum::<S, E, 4, 3>(sc, v, &rows, &inv, o),
+            (4, 4) => v_sum::<S, E, 4, 4>(sc, v, &rows, &inv, o),
+            (8, 1) => v_sum::<S, E, 8, 1>(sc, v, &rows, &inv, o),
+            (8, 2) => v_sum::<S, E, 8, 2>(sc, v, &rows, &inv, o),
+            (16, 1) => v_sum::<S, E, 16, 1>(sc, v, &rows, &inv, o),
             _ => {
                 for h in 0..hb {
-                    v_sum_one::<S>(&sc[h * padded..], v, &rows, inv[h], &mut o[h * head_dim..][..head_dim]);
+                    v_sum_one::<S, E>(&sc[h * padded..], v, &rows, inv[h], &mut o[h * head_dim..][..head_dim]);
                 }
             }
         }
@@ -216,14 +225,20 @@ struct Rows<'a> {
 
 impl Rows<'_> {
     #[inline(always)]
-    fn of<'v>(&self, t: &'v [f32], slot: u32) -> &'v [f32] {
+    fn of<'v, E>(&self, t: &'v [E], slot: u32) -> &'v [E] {
         &t[slot as usize * self.stride + self.base..][..self.head_dim]
     }
 }
 
 /// The scores of `H` query heads (`q` [H, head_dim], `scores` [H, padded]); returns `H`.
 #[inline(always)]
-fn score_heads<S: F32x16, const H: usize>(q: &[f32], k: &[f32], r: &Rows, scale: f32, scores: &mut [f32]) -> usize {
+fn score_heads<S: F32x16, E: KvElem, const H: usize>(
+    q: &[f32],
+    k: &[E],
+    r: &Rows,
+    scale: f32,
+    scores: &mut [f32],
+) -> usize {
     let (ctx, hd) = (r.slots.len(), r.head_dim);
     for c in (0..ctx).step_by(LANES) {
         let chunk = &r.slots[c..(c + LANES).min(ctx)];
@@ -239,7 +254,7 @@ fn score_heads<S: F32x16, const H: usize>(q: &[f32], k: &[f32], r: &Rows, scale:
             // store-to-load round trip.
             let mut a = [S::zero(); H];
             for j in (0..hd).step_by(LANES) {
-                let kv = S::load(&kh[j..]);
+                let kv = E::vec::<S>(kh, j);
                 for (h, a) in a.iter_mut().enumerate() {
                     *a = S::load(&q[h * hd + j..]).fma(kv, *a);
                 }
@@ -282,9 +297,9 @@ fn softmax<S: F32x16>(scores: &mut [f32], ctx: usize) -> f32 {
 /// out[h] = (Σ_p scores[h][p] · V[p]) · inv[h] for `H` heads (head_dim = 16 · NV), positions in
 /// order, one FMA chain per output vector.
 #[inline(always)]
-fn v_sum<S: F32x16, const NV: usize, const H: usize>(
+fn v_sum<S: F32x16, E: KvElem, const NV: usize, const H: usize>(
     scores: &[f32],
-    v: &[f32],
+    v: &[E],
     r: &Rows,
     inv: &[f32; V_ACCS],
     out: &mut [f32],
@@ -297,7 +312,7 @@ fn v_sum<S: F32x16, const NV: usize, const H: usize>(
         let vh = r.of(v, slot);
         let mut vv = [S::zero(); NV];
         for (i, x) in vv.iter_mut().enumerate() {
-            *x = S::load(&vh[i * LANES..]);
+            *x = E::vec::<S>(vh, i * LANES);
         }
         for (h, acc_h) in acc.iter_mut().enumerate() {
             let pv = S::splat(scores[h * r.padded + p]);
@@ -316,14 +331,14 @@ fn v_sum<S: F32x16, const NV: usize, const H: usize>(
 
 /// `v_sum` for one head of any head_dim that is a multiple of 16.
 #[inline(always)]
-fn v_sum_one<S: F32x16>(scores: &[f32], v: &[f32], r: &Rows, inv: f32, out: &mut [f32]) {
+fn v_sum_one<S: F32x16, E: KvElem>(scores: &[f32], v: &[E], r: &Rows, inv: f32, out: &mut [f32]) {
     let mut acc = [S::zero(); MAX_HEAD_DIM / LANES];
     let nv = r.head_dim / LANES;
     for (p, &slot) in scores.iter().zip(r.slots.iter()) {
         let vh = r.of(v, slot);
         let pv = S::splat(*p);
         for (i, a) in acc.iter_mut().take(nv).enumerate() {
-            *a = pv.fma(S::load(&vh[i * LANES..]), *a);
+            *a = pv.fma(E::vec::<S>(vh, i * LANES), *a);
         }
     }
     let inv_v = S::splat(inv);

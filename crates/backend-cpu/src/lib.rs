@@ -8,19 +8,20 @@ mod dequant;
 mod elementwise;
 mod fused;
 mod gdn;
+mod kv_cache;
 mod linear;
 mod moe;
 mod pool;
 pub mod simd;
 mod weights;
 
-pub use attention::CpuKvCache;
+pub use kv_cache::CpuKvCache;
 pub use pool::Pool;
 pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
     AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, HostBytes, KvSpec,
-    LaneStateOps, LinearOps, MoeOps, RopeOps, Shape, WeightSource,
+    KvStore, LaneStateOps, LinearOps, MoeOps, RopeOps, Shape, WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -107,6 +108,8 @@ impl Shape for CpuWeight {
 pub struct CpuBackend {
     pool: Pool,
     isa: Isa,
+    /// The declared element type of the KV cache (`--kv-dtype`).
+    kv_store: KvStore,
 }
 
 impl CpuBackend {
@@ -114,13 +117,19 @@ impl CpuBackend {
     pub fn new(num_threads: usize) -> Self {
         let n =
             if num_threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { num_threads };
-        CpuBackend { pool: Pool::new(n), isa: Isa::detect() }
+        CpuBackend { pool: Pool::new(n), isa: Isa::detect(), kv_store: KvStore::F32 }
     }
 
     /// The same, with an explicit instruction set (tests compare ISAs); an `Isa` value is proof
     /// that this CPU supports it.
     pub fn with_isa(num_threads: usize, isa: Isa) -> Self {
         CpuBackend { isa, ..Self::new(num_threads) }
+    }
+
+    /// The same, storing K and V in `store` (f32 by default; f16 and bf16 halve the cache and
+    /// what attention reads, a declared precision the gate measures at its own floor).
+    pub fn with_kv_store(self, store: KvStore) -> Self {
+        CpuBackend { kv_store: store, ..self }
     }
 
     pub fn isa(&self) -> Isa {
@@ -152,7 +161,8 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> String {
         let n = self.pool.num_threads();
-        format!("cpu ({:?}, {n} thread{})", self.isa, if n == 1 { "" } else { "s" })
+        let kv = if self.kv_store == KvStore::F32 { String::new() } else { format!(", {} KV", self.kv_store.name()) };
+        format!("cpu ({:?}, {n} thread{}{kv})", self.isa, if n == 1 { "" } else { "s" })
     }
 
     fn kind(&self) -> &'static str {
@@ -161,6 +171,10 @@ impl Backend for CpuBackend {
 
     fn supports(&self, ty: GgmlType) -> bool {
         ty.can_dequantize()
+    }
+
+    fn kv_store(&self) -> KvStore {
+        self.kv_store
     }
 
     fn load_weight(&self, src: WeightSource) -> Result<CpuWeight, BackendError> {
@@ -210,7 +224,7 @@ impl Backend for CpuBackend {
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> CpuKvCache {
-        CpuKvCache::new(spec)
+        CpuKvCache::new(spec, self.kv_store)
     }
 
     fn moe_ops(&self) -> Option<&dyn MoeOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {

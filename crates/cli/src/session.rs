@@ -47,9 +47,9 @@ pub struct ModelArgs {
     /// Drafts per step of --draft-model (1..=16, default 4).
     #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = counts::non_negative)]
     pub draft_k: Option<usize>,
-    /// The element type of the KV cache: `f32` (default), or `f16` / `bf16` on CUDA (half the
-    /// bytes per cached token, also for attention to read). A declared precision: `plumb check`
-    /// gates the backend at it.
+    /// The element type of the KV cache: `f32` (default), `f16` or `bf16` (half the bytes per
+    /// cached token, also for attention to read). A declared precision: `plumb check` gates the
+    /// backend at it.
     #[arg(long, value_name = "TYPE", value_parser = parse_kv_dtype)]
     pub kv_dtype: Option<KvStore>,
 }
@@ -146,14 +146,8 @@ impl OpenBackend for CpuBackend {
                 "this command runs on the CPU only so far (--device cuda works with run, serve, check and bench)"
             );
         }
-        if let Some(store) = args.kv_dtype.filter(|&s| s != KvStore::F32) {
-            anyhow::bail!(
-                "--kv-dtype {}: the CPU backend keeps K and V in f32 (16-bit KV caches need --device cuda)",
-                store.name()
-            );
-        }
         warn_threads(args.threads);
-        Ok(CpuBackend::new(args.threads))
+        Ok(CpuBackend::new(args.threads).with_kv_store(args.kv_dtype.unwrap_or_default()))
     }
     fn threads(&self) -> Option<usize> {
         Some(self.num_threads())

@@ -8,7 +8,7 @@ mod tiny_model;
 use faulty::{Fault, Faulty};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{Backend, ForwardBatch, FullBackend, GATED_DELTA_OPS, MOE_OPS, OPS};
+use plumb_core::{Backend, ForwardBatch, FullBackend, GATED_DELTA_OPS, KvStore, MOE_OPS, OPS};
 use plumb_verify::conformance::{CaseResult, run_suite};
 use plumb_verify::gate::{Control, GateBound, run_gate};
 use plumb_verify::residency;
@@ -40,6 +40,29 @@ fn cpu_backend_passes_every_conformance_case_on_every_isa() {
         eprintln!("== {isa:?} ==");
         check_conformance(&CpuBackend::with_isa(2, isa));
     }
+}
+
+/// A 16-bit KV cache on the CPU is a declared precision: conformance holds it to the reference
+/// with the same store, and the whole-model gate passes at its own floor, above plain f32's.
+#[test]
+fn cpu_backend_with_a_16_bit_kv_cache_passes_at_its_declared_precision() {
+    let path = tiny_model::write(7);
+    let file = GgufFile::open(&path).unwrap();
+    let plain = run_gate(&file, &CpuBackend::new(1), &controls(), BOUND, 1).unwrap();
+    for store in [KvStore::F16, KvStore::Bf16] {
+        let backend = CpuBackend::new(2).with_kv_store(store);
+        eprintln!("== {} KV ==", store.name());
+        check_conformance(&backend);
+        let report = run_gate(&file, &backend, &controls(), BOUND, 1).unwrap();
+        assert!(report.pass, "{store:?}: {:#?}", report.failures);
+        assert!(
+            report.floor_mean > 10.0 * plain.floor_mean,
+            "{store:?}: {} vs {}",
+            report.floor_mean,
+            plain.floor_mean
+        );
+    }
+    std::fs::remove_file(path).unwrap();
 }
 
 fn check_conformance(backend: &CpuBackend) {

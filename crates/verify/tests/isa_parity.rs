@@ -133,7 +133,13 @@ fn elementwise_ops_are_identical_on_every_isa() {
 
 #[test]
 fn attention_is_identical_on_every_isa() {
-    let bs = backends();
+    for store in [KvStore::F32, KvStore::F16, KvStore::Bf16] {
+        let bs: Vec<CpuBackend> = backends().into_iter().map(|b| b.with_kv_store(store)).collect();
+        attention_same_on(&bs, store);
+    }
+}
+
+fn attention_same_on(bs: &[CpuBackend], store: KvStore) {
     let (heads, kv_heads, block) = (6, 2, 4);
     for d in [16, 64, 128] {
         let spec = KvSpec {
@@ -160,7 +166,7 @@ fn attention_is_identical_on_every_isa() {
         }
         let rows = batch.num_rows();
         let q = activations(&mut Rng::new(3), rows, heads * d, Spread::Normal);
-        same_on_every_isa(&format!("attention head_dim {d}"), &bs, |b| {
+        same_on_every_isa(&format!("attention head_dim {d}, {} KV", store.name()), bs, |b| {
             let mut kv = b.new_kv_cache(&spec);
             b.write_kv(&mut kv, 0, &b.upload(&k, n, kv_heads * d), &b.upload(&v, n, kv_heads * d), &history);
             let mut out = b.tensor(rows, heads * d);
