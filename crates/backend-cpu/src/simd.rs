@@ -167,12 +167,13 @@ pub trait F32x16: Copy {
     fn nibbles(q: &[u8]) -> (Self, Self) {
         (Self::from_nibbles::<false>(q), Self::from_nibbles::<true>(q))
     }
-    /// Q4_1's weights of 16 bytes of nibbles: `fma(n, d, m)` for the low nibbles, then the high.
-    /// An instruction set may look the sixteen possible values up instead of converting each
+    /// Weights of 16 bytes of nibbles, one FMA each: `fma(n, d_lo, m_lo)` for the low nibbles,
+    /// `fma(n, d_hi, m_hi)` for the high ones (Q4_1: the same pair; Q4_K: two sub-blocks'). An
+    /// instruction set may look the sixteen possible values up instead of converting each
     /// nibble (the same `fma` of the same values, so the same bits).
-    fn nibbles_fma(q: &[u8], d: Self, m: Self) -> (Self, Self) {
+    fn nibbles_fma(q: &[u8], (d_lo, m_lo): (Self, Self), (d_hi, m_hi): (Self, Self)) -> (Self, Self) {
         let (lo, hi) = Self::nibbles(q);
-        (lo.fma(d, m), hi.fma(d, m))
+        (lo.fma(d_lo, m_lo), hi.fma(d_hi, m_hi))
     }
     /// Q4_0's weights of 16 bytes of nibbles: `(n − 8) · d`, low nibbles then high (as
     /// `nibbles_fma`, possibly by a table of the sixteen values).

@@ -31,7 +31,7 @@ impl Block32 for Q4_1 {
     #[inline(always)]
     fn weights<S: F32x16>(b: &[u8]) -> [S; 2] {
         let (d, m) = S::splat_f16_pair(b);
-        let (lo, hi) = S::nibbles_fma(&b[4..], d, m);
+        let (lo, hi) = S::nibbles_fma(&b[4..], (d, m), (d, m));
         [lo, hi]
     }
 }
@@ -107,13 +107,10 @@ impl Fused for Q4K {
     #[inline(always)]
     fn group<S: F32x16>(b: &[u8], h: &Self::Header, g: usize, out: &mut [S; 8]) {
         let qs = &b[16 + g * 32..];
-        let ((lo0, hi0), (lo1, hi1)) = (S::nibbles(qs), S::nibbles(&qs[16..]));
-        let (dl0, ml0) = (S::splat(h.0[2 * g]), S::splat(h.1[2 * g]));
-        let (dl1, ml1) = (S::splat(h.0[2 * g + 1]), S::splat(h.1[2 * g + 1]));
-        out[0] = lo0.fma(dl0, ml0);
-        out[1] = lo1.fma(dl0, ml0);
-        out[2] = hi0.fma(dl1, ml1);
-        out[3] = hi1.fma(dl1, ml1);
+        let lo = (S::splat(h.0[2 * g]), S::splat(h.1[2 * g]));
+        let hi = (S::splat(h.0[2 * g + 1]), S::splat(h.1[2 * g + 1]));
+        (out[0], out[2]) = S::nibbles_fma(qs, lo, hi);
+        (out[1], out[3]) = S::nibbles_fma(&qs[16..], lo, hi);
     }
 }
 

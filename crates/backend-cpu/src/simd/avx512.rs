@@ -32,15 +32,13 @@ fn iota() -> __m512 {
     unsafe { _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.) }
 }
 
-/// (table[q & 15], table[q >> 4]) lane by lane for the 16 bytes at `q[0..16]`.
+/// (lo[q & 15], hi[q >> 4]) lane by lane for the 16 bytes at `q[0..16]`.
 #[inline(always)]
-fn lookup_nibbles(table: __m512, q: &[u8]) -> (Avx512, Avx512) {
+fn lookup_nibbles(lo: __m512, hi: __m512, q: &[u8]) -> (Avx512, Avx512) {
     let b = widen(q);
     // SAFETY: see the module note. `permutexvar` reads the low four bits of each index lane, so
     // the low nibble needs no mask.
-    unsafe {
-        (Avx512(_mm512_permutexvar_ps(b, table)), Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32::<4>(b), table)))
-    }
+    unsafe { (Avx512(_mm512_permutexvar_ps(b, lo)), Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32::<4>(b), hi))) }
 }
 
 /// Lane `L` of `v` in all sixteen lanes.
@@ -240,17 +238,18 @@ impl F32x16 for Avx512 {
         (Avx512(broadcast_lane::<0>(v)), Avx512(broadcast_lane::<1>(v)))
     }
     #[inline(always)]
-    fn nibbles_fma(q: &[u8], d: Self, m: Self) -> (Self, Self) {
-        // Lane n of the table is fma(n, d, m): each weight is one lookup (a permute takes the low
+    fn nibbles_fma(q: &[u8], (d_lo, m_lo): (Self, Self), (d_hi, m_hi): (Self, Self)) -> (Self, Self) {
+        // Lane n of a table is fma(n, d, m): each weight is one lookup (a permute takes the low
         // four bits of its index lane) instead of a mask, a conversion and an FMA.
-        let table = Avx512(iota()).fma(d, m).0;
-        lookup_nibbles(table, q)
+        let (t_lo, t_hi) = (Avx512(iota()).fma(d_lo, m_lo).0, Avx512(iota()).fma(d_hi, m_hi).0);
+        lookup_nibbles(t_lo, t_hi, q)
     }
     #[inline(always)]
     fn nibbles_centered(q: &[u8], d: Self) -> (Self, Self) {
         // SAFETY: see the module note.
         let table = unsafe { _mm512_sub_ps(iota(), _mm512_set1_ps(8.0)) };
-        lookup_nibbles(Avx512(table).mul(d).0, q)
+        let table = Avx512(table).mul(d).0;
+        lookup_nibbles(table, table, q)
     }
     #[inline(always)]
     fn nibbles(q: &[u8]) -> (Self, Self) {
