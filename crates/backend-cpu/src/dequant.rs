@@ -69,9 +69,21 @@ pub(crate) fn dequant_row_kernel<S: F32x16>(ty: GgmlType, bytes: &[u8], out: &mu
                 }
             }
         }
-        // The fused kernel's unpacking (a half super-block at a time), which equals the
-        // definition bit for bit (the test below).
-        GgmlType::Q6_K => crate::weights::row_fused::<S, crate::weights::Q6K>(bytes, out),
+        // The fused kernel's unpacking (a half super-block at a time), then the definition's
+        // (d · scale) · (q − 32), bit for bit (the test below).
+        GgmlType::Q6_K => {
+            let thirty_two = S::splat(32.0);
+            for (o, b) in out.chunks_exact_mut(256).zip(bytes.chunks_exact(210)) {
+                let d = S::f16_scalar(b, 208);
+                for half in 0..2 {
+                    let q = S::q6_half(&b[half * 64..], &b[128 + half * 32..]);
+                    for (v, q) in q.iter().enumerate() {
+                        let dl = S::splat(d * (b[192 + 8 * half + v] as i8) as f32);
+                        dl.mul(q.sub(thirty_two)).store(&mut o[(8 * half + v) * 16..]);
+                    }
+                }
+            }
+        }
         _ => dequantize(ty, bytes, out).expect("row geometry validated when the weight was loaded"),
     }
 }

@@ -142,13 +142,13 @@ pub trait F32x16: Copy {
         }
         Self::load(&lanes)
     }
-    /// The signed values `q − 32` (−32..=31) of one half of a Q6_K super-block (128 weights) as
-    /// eight vectors in weight order: `ql` its 64 low-nibble bytes, `qh` its 32 high-bit bytes.
+    /// The unsigned six-bit values `q` (0..=63) of one half of a Q6_K super-block (128 weights)
+    /// as eight vectors in weight order: `ql` its 64 low-nibble bytes, `qh` its 32 high-bit bytes.
     /// Vector `2·quarter + part` holds weights `32·quarter + 16·part ..` (q is
     /// `nibble | (2 bits << 4)`; quarters 0 and 2 share low bytes, 1 and 3 the next 32, and all
     /// four take their high bits from the same `qh` bytes at shifts 0, 2, 4, 6).
     fn q6_half(ql: &[u8], qh: &[u8]) -> [Self; 8] {
-        let (sixteen, thirty_two) = (Self::splat(16.0), Self::splat(32.0));
+        let sixteen = Self::splat(16.0);
         let mut out = [Self::zero(); 8];
         for part in 0..2 {
             let (l, h) = (&ql[16 * part..], &qh[16 * part..]);
@@ -157,9 +157,6 @@ pub trait F32x16: Copy {
             out[2 + part] = Self::from_bits2::<2>(h).fma(sixteen, Self::from_nibbles::<false>(l2));
             out[4 + part] = Self::from_bits2::<4>(h).fma(sixteen, Self::from_nibbles::<true>(l));
             out[6 + part] = Self::from_bits2::<6>(h).fma(sixteen, Self::from_nibbles::<true>(l2));
-        }
-        for v in &mut out {
-            *v = v.sub(thirty_two);
         }
         out
     }

@@ -119,23 +119,28 @@ impl Fused for Q6K {
     const SUBS: usize = 8;
     /// A half super-block (128 weights) shares its packed bytes.
     const GROUP: usize = 4;
-    /// d · scale of each 16 weights.
-    type Header = [f32; 16];
+    /// (d · scale, −32 · d · scale) of each 16 weights.
+    type Header = ([f32; 16], [f32; 16]);
     #[inline(always)]
     fn header<S: F32x16>(b: &[u8]) -> Self::Header {
         let d = S::f16_scalar(b, 208);
-        let mut dl = [0f32; 16];
-        for (i, v) in dl.iter_mut().enumerate() {
-            *v = d * (b[192 + i] as i8) as f32;
+        let (mut dl, mut off) = ([0f32; 16], [0f32; 16]);
+        for i in 0..16 {
+            dl[i] = d * (b[192 + i] as i8) as f32;
+            // Exact: a power of two times a float.
+            off[i] = -32.0 * dl[i];
         }
-        dl
+        (dl, off)
     }
-    /// Weight = (d · scale) · (q − 32), as `dequant_row_kernel` computes it.
+    /// Weight = fma(q, d · scale, −32 · d · scale): the real value (d · scale) · (q − 32) that
+    /// exact dequantization rounds once, so the same value, except that a zero weight is +0
+    /// (dequantization gives −0 where d · scale < 0) — one FMA instead of an integer
+    /// subtraction and a product.
     #[inline(always)]
     fn group<S: F32x16>(b: &[u8], h: &Self::Header, g: usize, out: &mut [S; 8]) {
         let q = S::q6_half(&b[g * 64..], &b[128 + g * 32..]);
         for v in 0..8 {
-            out[v] = S::splat(h[8 * g + v]).mul(q[v]);
+            out[v] = q[v].fma(S::splat(h.0[8 * g + v]), S::splat(h.1[8 * g + v]));
         }
     }
 }
@@ -185,14 +190,17 @@ mod tests {
         }
     }
 
-    /// Q6_K weights are exact dequantization on every ISA; Q4_K weights are the one-rounding
-    /// `fma(q, d · scale, −dmin · min)`, element by element.
+    /// Q6_K weights are exact dequantization on every ISA (a zero weight +0); Q4_K weights are
+    /// the one-rounding `fma(q, d · scale, −dmin · min)`, element by element.
     #[test]
     fn k_quant_weights_follow_their_rule_on_every_isa() {
         let n = 6;
         let q6 = valid_blocks(GgmlType::Q6_K, n, 7);
         let mut want6 = vec![0f32; 256 * n];
         dequantize(GgmlType::Q6_K, &q6, &mut want6).unwrap();
+        for w in &mut want6 {
+            *w += 0.0;
+        }
         let q4 = valid_blocks(GgmlType::Q4_K, n, 8);
         let mut want4 = vec![0f32; 256 * n];
         for (o, b) in want4.chunks_exact_mut(256).zip(q4.chunks_exact(144)) {

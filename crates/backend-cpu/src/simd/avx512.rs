@@ -266,10 +266,10 @@ impl F32x16 for Avx512 {
     fn q6_half(ql: &[u8], qh: &[u8]) -> [Self; 8] {
         assert!(ql.len() >= 64 && qh.len() >= 32);
         // Six byte expansions for eight vectors (each low byte feeds two quarters, each high byte
-        // four), and q − 32 built in integers: one conversion per vector.
+        // four), and q built in integers: one conversion per vector.
         // SAFETY: 64 and 32 readable bytes checked above; see the module note.
         unsafe {
-            let (nib, top, bias) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x30), _mm512_set1_epi32(32));
+            let (nib, top) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x30));
             let mut out = [Avx512(_mm512_setzero_ps()); 8];
             for part in 0..2 {
                 let (l, l2, h) = (widen(&ql[16 * part..]), widen(&ql[32 + 16 * part..]), widen(&qh[16 * part..]));
@@ -281,7 +281,7 @@ impl F32x16 for Avx512 {
                     _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<4>(l2), _mm512_srli_epi32::<2>(h), top),
                 ];
                 for (quarter, v) in v.into_iter().enumerate() {
-                    out[2 * quarter + part] = Avx512(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, bias)));
+                    out[2 * quarter + part] = Avx512(_mm512_cvtepi32_ps(v));
                 }
             }
             out
