@@ -208,20 +208,32 @@ fn micro<S: F32x16, const R: usize, const C: usize>(
     m: usize,
     m0: usize,
 ) {
+    // Rows as arrays of 16-lane chunks of one length, checked once, so the loop below indexes
+    // them without a bounds check per load (those checks otherwise take issue slots from the FMAs).
+    assert!(k.is_multiple_of(LANES), "linear: K = {k} is not a multiple of {LANES}");
+    let n = k / LANES;
+    let mut xr: [&[[f32; LANES]]; R] = [&[]; R];
+    for (r, row) in xr.iter_mut().enumerate() {
+        *row = x[(r0 + r) * k..(r0 + r + 1) * k].as_chunks::<LANES>().0;
+        assert_eq!(row.len(), n);
+    }
+    let mut wr: [&[[f32; LANES]]; C] = [&[]; C];
+    for (c, row) in wr.iter_mut().enumerate() {
+        *row = tile[(c0 + c) * k..(c0 + c + 1) * k].as_chunks::<LANES>().0;
+        assert_eq!(row.len(), n);
+    }
     let mut acc = [[S::zero(); C]; R];
-    let mut kk = 0;
-    while kk < k {
+    for i in 0..n {
         let mut wv = [S::zero(); C];
-        for (c, v) in wv.iter_mut().enumerate() {
-            *v = S::load(&tile[(c0 + c) * k + kk..]);
+        for (v, row) in wv.iter_mut().zip(&wr) {
+            *v = S::load(&row[i]);
         }
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let xv = S::load(&x[(r0 + r) * k + kk..]);
+        for (acc_r, row) in acc.iter_mut().zip(&xr) {
+            let xv = S::load(&row[i]);
             for (a, wc) in acc_r.iter_mut().zip(&wv) {
                 *a = xv.fma(*wc, *a);
             }
         }
-        kk += LANES;
     }
     for (r, dots) in fused::hsums(&acc).iter().enumerate() {
         // SAFETY: columns m0 + c0 .. m0 + c0 + C belong to this thread (see `linear`).
