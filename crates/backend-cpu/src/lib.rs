@@ -246,16 +246,37 @@ impl Backend for CpuBackend {
 
 impl LinearOps for CpuBackend {
     fn linear(&self, x: &CpuTensor, w: &CpuWeight, out: &mut CpuTensor) {
-        assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        linear::linear(&self.pool, self.isa, &x.data, x.rows, &[w], &mut [&mut out.data]);
+        self.linear_batched(&[x], &[w], &mut [out]);
     }
 
     fn linear_multi(&self, x: &CpuTensor, ws: &[&CpuWeight], outs: &mut [&mut CpuTensor]) {
-        for (w, out) in ws.iter().zip(outs.iter()) {
-            assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        }
-        let mut datas: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.data.as_mut_slice()).collect();
-        linear::linear(&self.pool, self.isa, &x.data, x.rows, ws, &mut datas);
+        let xs = vec![x; ws.len()];
+        self.linear_batched(&xs, ws, outs);
+    }
+
+    fn linear_batched(&self, xs: &[&CpuTensor], ws: &[&CpuWeight], outs: &mut [&mut CpuTensor]) {
+        assert!(
+            xs.len() == ws.len() && ws.len() == outs.len(),
+            "linear_batched: {} inputs, {} weights, {} outputs",
+            xs.len(),
+            ws.len(),
+            outs.len()
+        );
+        let mut products: Vec<linear::Product> = xs
+            .iter()
+            .zip(ws)
+            .zip(outs.iter_mut())
+            .map(|((x, w), out)| {
+                assert_eq!(
+                    (x.cols, out.rows, out.cols),
+                    (w.cols, x.rows, w.rows),
+                    "linear `{}`: shape mismatch",
+                    w.name
+                );
+                linear::Product { x: &x.data, num_rows: x.rows, w, out: &mut out.data }
+            })
+            .collect();
+        linear::linear(&self.pool, self.isa, &mut products);
     }
 
     fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {

@@ -18,20 +18,41 @@ const TILE_M: usize = 8;
 /// Activation rows whose tiles share one dequantized weight tile.
 const ROW_BLOCK: usize = 64;
 
-/// outs[i] [num_rows, ws[i].rows] = x [num_rows, k] · ws[i]ᵀ, all in one pool launch: the
-/// outputs of all weights form one range that threads split in whole tiles.
-pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeight], outs: &mut [&mut [f32]]) {
-    for (w, out) in ws.iter().zip(outs.iter()) {
-        assert_eq!(x.len(), num_rows * w.cols, "linear: x has the wrong size for `{}`", w.name);
-        assert_eq!(out.len(), num_rows * w.rows, "linear: out has the wrong size for `{}`", w.name);
+/// One product of a launch: out [num_rows, w.rows] = x [num_rows, w.cols] · wᵀ.
+pub struct Product<'a> {
+    pub x: &'a [f32],
+    pub num_rows: usize,
+    pub w: &'a CpuWeight,
+    pub out: &'a mut [f32],
+}
+
+/// Every product in one pool launch: the outputs of all of them form one range of tiles that
+/// threads take runs of. Products may share an input (q/k/v, gate/up) or each have their own
+/// (the experts of a MoE layer); each output is computed exactly as it would be alone.
+pub fn linear(pool: &Pool, isa: Isa, products: &mut [Product]) {
+    for p in products.iter() {
+        assert_eq!(p.x.len(), p.num_rows * p.w.cols, "linear: x has the wrong size for `{}`", p.w.name);
+        assert_eq!(p.out.len(), p.num_rows * p.w.rows, "linear: out has the wrong size for `{}`", p.w.name);
     }
-    let shared: Vec<SharedOut> = outs.iter_mut().map(|o| SharedOut::new(o)).collect();
-    // The fused kernel reads the rows regrouped by block; packed once here for every thread.
-    let fused = (1..=FUSED_MAX_ROWS).contains(&num_rows) && ws.iter().any(|w| has_fused(w.ty));
-    let packed = if fused { fused::pack_rows(x, num_rows, x.len() / num_rows) } else { Vec::new() };
-    // Tile counts per weight; a thread takes a contiguous range of the concatenated tiles.
-    let tiles: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(TILE_M)).collect();
+    // The fused kernel reads the rows regrouped by block: packed here once for every thread,
+    // and once per distinct input (`packed_of[i]`: product i's, or `None` when not fused).
+    let mut packed: Vec<Vec<f32>> = Vec::new();
+    let mut packed_of: Vec<Option<usize>> = Vec::with_capacity(products.len());
+    for (i, p) in products.iter().enumerate() {
+        if !((1..=FUSED_MAX_ROWS).contains(&p.num_rows) && has_fused(p.w.ty)) {
+            packed_of.push(None);
+            continue;
+        }
+        let same = (0..i).find(|&j| packed_of[j].is_some() && std::ptr::eq(products[j].x, p.x));
+        packed_of.push(Some(same.and_then(|j| packed_of[j]).unwrap_or_else(|| {
+            packed.push(fused::pack_rows(p.x, p.num_rows, p.w.cols));
+            packed.len() - 1
+        })));
+    }
+    let shared: Vec<SharedOut> = products.iter_mut().map(|p| SharedOut::new(p.out)).collect();
+    let tiles: Vec<usize> = products.iter().map(|p| p.w.rows.div_ceil(TILE_M)).collect();
     let total: usize = tiles.iter().sum();
+    let products: &[Product] = products;
     // Threads take runs of tiles from a shared counter rather than fixed shares, so a thread
     // that the machine slows down (another tenant, an interrupt) leaves its work to the others.
     // Which thread computes a tile changes none of its arithmetic.
@@ -45,19 +66,30 @@ pub fn linear(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, ws: &[&CpuWeigh
             }
             let mine = start..(start + grab).min(total);
             let mut first = 0;
-            for (i, w) in ws.iter().enumerate() {
+            for (i, p) in products.iter().enumerate() {
                 let (lo, hi) = (mine.start.max(first), mine.end.min(first + tiles[i]));
                 if lo < hi {
-                    let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(w.rows));
+                    let (m_start, m_end) = ((lo - first) * TILE_M, ((hi - first) * TILE_M).min(p.w.rows));
                     // Each run of tiles is one thread's, so threads own disjoint column ranges
                     // m_start..m_end of every row; the kernels borrow only those elements (see
                     // `SharedOut::part`).
-                    linear_part(isa, x, &packed, num_rows, w, m_start, m_end, shared[i]);
+                    let packed = packed_of[i].map_or(&[][..], |j| &packed[j]);
+                    let part = Part { x: p.x, packed, num_rows: p.num_rows, w: p.w };
+                    linear_part(isa, &part, m_start, m_end, shared[i]);
                 }
                 first += tiles[i];
             }
         }
     });
+}
+
+/// One product as a thread's kernel sees it: the input as given and as `fused::pack_rows`
+/// regroups it (empty when the fused kernel does not apply).
+struct Part<'a> {
+    x: &'a [f32],
+    packed: &'a [f32],
+    num_rows: usize,
+    w: &'a CpuWeight,
 }
 
 /// Runs of tiles per thread and launch: enough for a slowed thread's work to move to the others,
@@ -70,23 +102,13 @@ fn has_fused(ty: GgmlType) -> bool {
 }
 
 simd_dispatch! {
-    #[allow(clippy::too_many_arguments)]
-    fn linear_part(x: &[f32], packed: &[f32], num_rows: usize, w: &CpuWeight, m_start: usize, m_end: usize, out: SharedOut) => linear_part_kernel
+    fn linear_part(part: &Part, m_start: usize, m_end: usize, out: SharedOut) => linear_part_kernel
 }
 
-/// Columns `m_start..m_end` of `out` = x · wᵀ; `packed` is `x` as `fused::pack_rows` regroups it
-/// when the fused kernel applies (empty otherwise).
+/// Columns `m_start..m_end` of `out` = x · wᵀ.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn linear_part_kernel<S: F32x16>(
-    x: &[f32],
-    packed: &[f32],
-    num_rows: usize,
-    w: &CpuWeight,
-    m_start: usize,
-    m_end: usize,
-    out: SharedOut,
-) {
+fn linear_part_kernel<S: F32x16>(part: &Part, m_start: usize, m_end: usize, out: SharedOut) {
+    let Part { x, packed, num_rows, w } = *part;
     if num_rows <= FUSED_MAX_ROWS {
         // A direct call per format (not a function pointer) so each inlines into this
         // `#[target_feature]` instantiation.

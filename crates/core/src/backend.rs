@@ -242,6 +242,17 @@ pub trait LinearOps: Backend {
             self.linear(x, w, out);
         }
     }
+    /// Independent products (the experts of a MoE layer): outs[i] = xs[i] · ws[i]ᵀ. A fast
+    /// backend runs them as one launch; each output is computed exactly as `linear` computes it.
+    fn linear_batched(&self, xs: &[&Self::Tensor], ws: &[&Self::Weight], outs: &mut [&mut Self::Tensor]) {
+        assert!(
+            xs.len() == ws.len() && ws.len() == outs.len(),
+            "linear_batched: inputs, weights and outputs differ in number"
+        );
+        for ((x, w), out) in xs.iter().zip(ws).zip(outs.iter_mut()) {
+            self.linear(x, w, out);
+        }
+    }
     /// out[n, :] = table[ids[n], :] dequantized. out: [ids.len(), cols(table)].
     fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
     /// out[i, :] = x[rows[i], :].

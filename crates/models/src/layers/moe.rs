@@ -118,15 +118,18 @@ impl<B: FullBackend> Moe<B> {
         let mut weights = b.tensor(n, k);
         let ids = ops.router_topk(&router_logits, k, self.spec.norm_topk_prob, &mut weights);
         let plan = Dispatch::new(&ids, k, self.spec.num_experts);
-        let ys: Vec<B::Tensor> = plan
+        let routed: Vec<B::Tensor> = plan
             .groups
             .iter()
-            .map(|(expert, rows)| {
+            .map(|(_, rows)| {
                 let mut routed = b.tensor(rows.len(), hidden);
                 b.gather_rows(x, rows, &mut routed);
-                self.experts[*expert].forward(b, &routed, layer, &mut None)
+                routed
             })
             .collect();
+        // Every chosen expert at once: one batch of gate/up products, one of down products.
+        let experts: Vec<&Mlp<B>> = plan.groups.iter().map(|(e, _)| &self.experts[*e]).collect();
+        let ys = Mlp::forward_batched(b, &experts, &routed.iter().collect::<Vec<_>>());
         let mut out = b.tensor(n, hidden);
         ops.moe_combine(&ys.iter().collect::<Vec<_>>(), &plan.src, &weights, &mut out);
         if let Some(shared) = &self.shared {
