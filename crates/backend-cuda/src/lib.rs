@@ -29,7 +29,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
 use plumb_core::{
-    Backend, BackendError, ForwardBatch, GgmlType, KvSpec, KvStore, LinearInputs, PickRow, Picked, Shape, WeightSource,
+    Backend, BackendError, ForwardBatch, GgmlType, KvSpec, KvStore, LinearInputs, LogprobRow, PickRow, Picked, Shape,
+    TokenLogprobs, WeightSource,
 };
 use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
@@ -142,9 +143,34 @@ pub struct CudaBackend {
     decode_counters: CudaSlice<u32>,
     /// The element type new KV caches store K and V in (`KvStore` as a u8: 0 f32, 1 f16, 2 bf16).
     kv_store: std::sync::atomic::AtomicU8,
+    /// Resident blocks of the decode kernel on the whole device, per number of 8-row groups
+    /// (None: the fixed split of `PLUMB_CUDA_DECODE_SPLIT=fixed`), and its modelled pipeline
+    /// fill (`ops::decode_split`; `PLUMB_CUDA_DECODE_FILL` overrides it, for measuring).
+    pub(crate) decode_slots: [Option<usize>; 8],
+    pub(crate) decode_fill: f64,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
+}
+
+/// The decode kernel's resident blocks on the whole device for 1..=8 groups of 8 rows (SMs ×
+/// blocks per SM at its shared memory and registers); all None under
+/// `PLUMB_CUDA_DECODE_SPLIT=fixed`.
+fn decode_slots(ctx: &CudaContext, kernels: &HashMap<String, CudaFunction>) -> Result<[Option<usize>; 8], CudaError> {
+    if std::env::var("PLUMB_CUDA_DECODE_SPLIT").is_ok_and(|v| v == "fixed") {
+        return Ok([None; 8]);
+    }
+    use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
+    let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
+    let f = &kernels["linear_mma_decode_bf16"];
+    let mut slots = [None; 8];
+    for (g, s) in slots.iter_mut().enumerate() {
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(128, ops::decode_smem(g + 1), None)
+            .map_err(driver("reading the decode kernel's occupancy"))?;
+        *s = Some(sms * per_sm.max(1) as usize);
+    }
+    Ok(slots)
 }
 
 /// Formats with kernels: every format plumb dequantizes exactly.
@@ -194,6 +220,7 @@ fn kernel_names() -> Vec<String> {
         "apply_logit_edits",
         "pick_argmax",
         "pick_top_k",
+        "row_logprobs",
     ]
     .map(String::from)
     .into();
@@ -261,6 +288,8 @@ impl CudaBackend {
             }
             kernels.insert(name, f);
         }
+        let decode_slots = decode_slots(&ctx, &kernels)?;
+        let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
@@ -275,6 +304,8 @@ impl CudaBackend {
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
+            decode_slots,
+            decode_fill: decode_fill.unwrap_or(ops::DECODE_FILL),
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
                 .map_err(driver("allocating the decode counters"))?,
@@ -390,6 +421,12 @@ impl CudaBackend {
         move || *stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The device's free and total memory in bytes, as the driver reports them now.
+    pub fn memory_info(&self) -> Option<(usize, usize)> {
+        self.ctx.bind_to_thread().ok()?;
+        cudarc::driver::result::mem_get_info().ok()
+    }
+
     /// Activation pool allocations served from its free lists and by the driver.
     pub fn pool_stats(&self) -> (u64, u64) {
         let p = self.pool.lock().expect("pool lock");
@@ -407,14 +444,27 @@ impl CudaBackend {
     }
 
     /// A pool buffer of `bytes` (at least one byte). On out-of-memory, the pool's free buffers go
-    /// back to the driver and the allocation is tried once more.
+    /// back to the driver and the allocation is tried once more; failing again panics with the
+    /// sizes. The engine's start-up profile (`Backend::profiles_memory`) turns that panic into an
+    /// error before serving; past it, a step needs no more than the profiled one did.
     pub(crate) fn alloc(&self, bytes: usize) -> DeviceBuf {
         match DeviceBuf::new(&self.pool, bytes) {
             Ok(b) => b,
             Err(_) => {
                 self.synchronize();
                 self.pool.lock().expect("pool lock").release();
-                DeviceBuf::new(&self.pool, bytes).expect("CUDA allocation failed (out of device memory?)")
+                DeviceBuf::new(&self.pool, bytes).unwrap_or_else(|e| {
+                    let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+                    let free = self
+                        .ctx
+                        .bind_to_thread()
+                        .ok()
+                        .and_then(|_| cudarc::driver::result::mem_get_info().ok())
+                        .map_or(String::new(), |(free, total)| {
+                            format!(" ({:.0} of {:.0} MiB free)", mib(free), mib(total))
+                        });
+                    panic!("out of device memory: an activation of {:.1} MiB{free}: {e}", mib(bytes))
+                })
             }
         }
     }
@@ -602,12 +652,20 @@ impl Backend for CudaBackend {
         self.download_from(t.ptr(), t.rows * t.cols)
     }
 
+    fn profiles_memory(&self) -> bool {
+        true
+    }
+
     fn picks_on_device(&self) -> bool {
         self.picks_enabled.load(Ordering::Relaxed)
     }
 
     fn pick(&self, logits: &mut CudaTensor, rows: &[PickRow]) -> Vec<Picked> {
         self.pick_rows(logits, rows)
+    }
+
+    fn logprobs(&self, logits: &CudaTensor, rows: &[LogprobRow]) -> Vec<TokenLogprobs> {
+        self.logprob_rows(logits, rows)
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> CudaKvCache {

@@ -23,10 +23,46 @@ const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
 /// 64 K for 128 weight rows and 128 token rows. Both compute the same bits.
 pub(crate) const MMA_DECODE_MAX_ROWS: usize = 64;
-/// Blocks the decode kernel aims for (about two per SM of an H200).
+/// Blocks the decode kernel aimed for before its split followed the device's resident blocks
+/// (`PLUMB_CUDA_DECODE_SPLIT=fixed` brings that choice back, for measuring).
 const DECODE_BLOCKS: usize = 264;
+/// The decode kernel's modelled pipeline fill, in chunk times per block (`decode_split`).
+pub(crate) const DECODE_FILL: f64 = 1.0;
 pub(crate) const MMA_DECODE_SMEM: usize = 2 * (64 + MMA_DECODE_MAX_ROWS) * 512;
 pub(crate) const WGMMA_SMEM: usize = 6 * 2 * 128 * 64 * 2;
+
+/// Shared memory of a decode-kernel block for `groups` groups of 8 rows: two stages of 64
+/// weight rows and the rows, 512 bytes each.
+pub(crate) fn decode_smem(groups: usize) -> usize {
+    2 * (64 + 8 * groups) * 512
+}
+
+/// Chunks of K per block of the decode kernel, for `tiles` tiles of 64 features over
+/// `num_chunks` chunks and `rows` rows, on a device that keeps `slots` such blocks resident: the
+/// split with the least modelled time. The blocks run in waves of `slots`; a wave lasts as long
+/// as a block's chunks plus `fill` chunk times of pipeline fill; when K is split, each chunk also
+/// costs its partials' traffic (4-byte values of 64 features per row, written and read back, against
+/// a chunk's 64 × 256 bf16 weights: rows / 64 of a chunk). Ties go to fewer splits. Whole waves
+/// matter at one row: 448 tiles of gate‖up over 396 slots of an H200 left one SM in eight idle
+/// for a second wave as long as the first (89 µs; split in 4, 76 µs). A weight with two waves of
+/// whole tiles or more keeps whole K per block: its tail is a small part of its time, and a split
+/// only adds the fold (the LM head, 2,004 tiles: 241 µs whole, 280 µs split in 2).
+pub(crate) fn decode_split(tiles: usize, num_chunks: usize, slots: usize, rows: usize, fill: f64) -> usize {
+    if tiles >= 2 * slots {
+        return num_chunks;
+    }
+    let mut best = (f64::INFINITY, num_chunks);
+    for per_split in (1..=num_chunks).rev() {
+        let splits = num_chunks.div_ceil(per_split);
+        let chunk = if splits > 1 { 1.0 + rows as f64 / 64.0 } else { 1.0 };
+        let waves = (tiles * splits).div_ceil(slots.max(1));
+        let cost = waves as f64 * (per_split as f64 * chunk + fill);
+        if cost < best.0 * (1.0 - 1e-9) {
+            best = (cost, per_split);
+        }
+    }
+    best.1
+}
 
 /// Warps per attention block and (row, head) pairs per warp in one walk (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
@@ -97,13 +133,16 @@ impl CudaBackend {
             if x.padded_rows <= MMA_DECODE_MAX_ROWS {
                 let tiles = w.rows.div_ceil(64);
                 let num_chunks = w.cols.div_ceil(256);
-                // Enough blocks to stream the weights at full bandwidth: about two per SM. A free
-                // choice (the fold is the same with any split).
-                let per_split = num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks));
+                let groups = x.padded_rows.div_ceil(8);
+                // A free choice: the fold is the same with any split.
+                let per_split = match self.decode_slots[groups - 1] {
+                    Some(slots) => decode_split(tiles, num_chunks, slots, x.padded_rows, self.decode_fill),
+                    None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
+                };
                 let splits = num_chunks.div_ceil(per_split);
                 let part = (splits > 1).then(|| self.alloc(num_chunks * x.padded_rows * w.rows * 4));
                 decode = Some((per_split, part));
-                let smem = 2 * (64 + 8 * x.padded_rows.div_ceil(8)) * 512;
+                let smem = decode_smem(groups);
                 let grid = (tiles as u32, splits as u32, 1);
                 (&w.kernels[1], LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 })
             } else {
@@ -448,7 +487,7 @@ impl AttentionOps for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::kperm_bytes;
+    use super::{decode_split, kperm_bytes};
 
     /// The stored element of element k, as `kperm` in kernels/linear_mma.cu computes it.
     fn kperm(k: usize) -> usize {
@@ -476,5 +515,27 @@ mod tests {
             }
         }
         assert_eq!(kperm_bytes(&stored), bytes, "the permutation is its own inverse");
+    }
+
+    #[test]
+    fn decode_splits_fill_whole_waves() {
+        // Llama-3.1-8B at one row on 396 slots (132 SMs × 3): gate‖up splits K in 4 (1,792
+        // blocks, 5 waves of 4 chunks) instead of one wave and a bit; down (64 tiles, 56 chunks)
+        // fills one wave.
+        assert_eq!(decode_split(448, 16, 396, 8, 1.0), 4);
+        let per = decode_split(64, 56, 396, 8, 1.0);
+        assert!(64 * 56usize.div_ceil(per) <= 396, "{per}");
+        // Partials cost more with more rows: 64 rows split no more than one row does.
+        assert!(decode_split(448, 16, 396, 64, 1.0) >= decode_split(448, 16, 396, 8, 1.0));
+        // A weight that fills two waves or more keeps whole chunks per block.
+        assert_eq!(decode_split(2004, 16, 396, 8, 1.0), 16);
+        assert_eq!(decode_split(100_000, 16, 396, 8, 1.0), 16);
+        // Always a valid split.
+        for tiles in [1, 7, 64, 396, 397, 2004] {
+            for chunks in [1, 2, 16, 56] {
+                let p = decode_split(tiles, chunks, 396, 8, 1.0);
+                assert!((1..=chunks).contains(&p));
+            }
+        }
     }
 }

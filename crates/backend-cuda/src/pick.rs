@@ -1,5 +1,7 @@
 //! `Backend::pick` on the device (kernels/pick.cu): a step's logit edits in one launch, then one
 //! block per row for its argmax or its top-k, so only token ids (and k candidates) come back.
+//! `Backend::logprobs` likewise: one block per token for its row's log-sum-exp, its logit and its
+//! alternatives.
 //! Off with `PLUMB_CUDA_PICK=0` (the engine then reads whole rows), for measuring and for the
 //! test that both paths sample the same tokens.
 
@@ -7,6 +9,7 @@ use crate::launch::Launch;
 use crate::{CudaBackend, CudaTensor, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::pick::{MAX_DEVICE_TOP_K, Pick, PickRow, Picked};
+use plumb_core::{LogprobRow, MAX_LOGPROBS, TokenLogprobs};
 
 /// Threads per row of the pick kernels (`PICK_THREADS`).
 const PICK_THREADS: u32 = 1024;
@@ -103,5 +106,40 @@ impl CudaBackend {
             picked[i] = Picked::TopK((0..n).map(|j| (o[2 * j], f32::from_bits(o[2 * j + 1]))).collect());
         }
         picked
+    }
+
+    pub(crate) fn logprob_rows(&self, logits: &CudaTensor, rows: &[LogprobRow]) -> Vec<TokenLogprobs> {
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        let cols = logits.cols;
+        let mut meta = Vec::with_capacity(3 * rows.len());
+        for r in rows {
+            assert!(r.row < logits.rows, "logprobs: row {} of {}", r.row, logits.rows);
+            assert!((r.token as usize) < cols, "logprobs: token {} beyond {cols}", r.token);
+            assert!(r.top <= MAX_LOGPROBS, "logprobs: {} alternatives", r.top);
+            meta.extend([r.row as u32, r.token, r.top as u32]);
+        }
+        let meta_buf = self.upload_words(&meta);
+        let per_row = 4 + 2 * MAX_DEVICE_TOP_K;
+        let out = self.alloc(rows.len() * per_row * 4);
+        let config =
+            LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (PICK_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let l = Launch::new(self.kernel("row_logprobs"), config)
+            .ptr(logits.ptr())
+            .ptr(meta_buf.ptr)
+            .i32(cols as i32)
+            .ptr(out.ptr);
+        self.submit(l);
+        let words = self.download_words(out.ptr, rows.len() * per_row);
+        drop((meta_buf, out));
+        rows.iter()
+            .zip(words.chunks_exact(per_row))
+            .map(|(r, o)| {
+                let lse = f64::from_bits(o[0] as u64 | (o[1] as u64) << 32);
+                let top = (0..r.top.min(cols)).map(|j| (o[4 + 2 * j], f32::from_bits(o[5 + 2 * j]) as f64 - lse));
+                TokenLogprobs { token: r.token, logprob: f32::from_bits(o[2]) as f64 - lse, top: top.collect() }
+            })
+            .collect()
     }
 }

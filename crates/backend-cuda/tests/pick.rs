@@ -1,11 +1,14 @@
 //! Sampling reductions on the device (`Backend::pick`) equal their definition
 //! (`plumb_core::pick::pick_host`) bit for bit: argmax and top-k of edited rows, for vocabularies
 //! from 1 to Llama 3's, k from 1 to the device maximum (and beyond the row), rows full of ties,
-//! signed zeros, infinities and NaNs, and many rows per call.
+//! signed zeros, infinities and NaNs, and many rows per call. Log-probabilities on the device
+//! (`Backend::logprobs`) are their definition's (`plumb_core::logprobs::logprobs_host`) within
+//! its tolerance, with the same alternatives in the same order, tied rows included.
 
 #[path = "support/device.rs"]
 mod device;
 
+use plumb_core::logprobs::{LogprobRow, logprobs_host, logprobs_match};
 use plumb_core::pick::{LogitEdit, MAX_DEVICE_TOP_K, Penalties, Pick, PickRow, Picked, pick_host};
 use plumb_core::{Backend, Shape};
 use plumb_verify::inputs::Rng;
@@ -79,5 +82,41 @@ fn device_picks_equal_the_host_definition() {
         }
     }
     eprintln!("{checked} rows picked on the device equal the host definition");
+    assert!(checked > 10);
+}
+
+#[test]
+fn device_logprobs_are_the_host_definition_within_its_tolerance() {
+    let Some(b) = device::backend("logprobs") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x10c);
+    let mut checked = 0;
+    for &cols in &[1usize, 3, 100, 1025, 49_152, 128_256] {
+        // Finite rows (a NaN logit makes every log-probability NaN, on both sides): ties and
+        // signed zeros from the small set with −inf, or normal values.
+        for kind in [0, 2] {
+            let num_rows = 1 + rng.below(9);
+            let host: Vec<Vec<f32>> = (0..num_rows)
+                .map(|_| {
+                    let mut r = row(&mut rng, cols, kind);
+                    r.iter_mut().filter(|v| **v == f32::INFINITY).for_each(|v| *v = 2.5);
+                    // Some logit finite: a row of −inf has no distribution.
+                    r[0] = r[0].max(-1.5);
+                    r
+                })
+                .collect();
+            let t = b.upload(&host.concat(), num_rows, cols);
+            let rows: Vec<LogprobRow> = (0..num_rows * 2)
+                .map(|_| LogprobRow { row: rng.below(num_rows), token: rng.below(cols) as u32, top: rng.below(21) })
+                .collect();
+            let got = b.logprobs(&t, &rows);
+            assert_eq!(got.len(), rows.len());
+            for (r, g) in rows.iter().zip(&got) {
+                let want = logprobs_host(&host[r.row], r.token, r.top);
+                assert!(logprobs_match(g, &want), "cols {cols}, kind {kind}, {r:?}: {g:?} against {want:?}");
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("{checked} device log-probabilities match the host definition");
     assert!(checked > 10);
 }

@@ -8,6 +8,7 @@
 use crate::batch::{ForwardBatch, KvSpec};
 use crate::bytes::HostBytes;
 use crate::dtype::GgmlType;
+use crate::logprobs::{LogprobRow, TokenLogprobs};
 use crate::pick::{PickRow, Picked};
 
 /// A weight as stored in a checkpoint: `rows` outputs of `cols` inputs, in type `ty`.
@@ -154,6 +155,13 @@ pub trait Backend: Send + Sync {
     fn try_new_kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache, BackendError> {
         Ok(self.new_kv_cache(spec))
     }
+    /// Whether activation memory is scarce beside the KV cache (a device's memory, not the
+    /// host's): the engine then runs its largest possible step once at start-up, so a
+    /// configuration whose steps cannot fit is refused before it serves, not mid-step. The
+    /// backend's allocator is expected to keep what that step used.
+    fn profiles_memory(&self) -> bool {
+        false
+    }
     /// Called by the model once at the start of every forward pass, before any op of the step,
     /// with the step's batch and KV cache. A device backend uploads the batch's metadata here once
     /// instead of per op, and may run the step as one recorded unit (CUDA graphs) that it submits
@@ -174,6 +182,17 @@ pub trait Backend: Send + Sync {
         let host = self.download(logits);
         let cols = logits.cols();
         rows.iter().map(|r| crate::pick::pick_host(&host[r.row * cols..(r.row + 1) * cols], r)).collect()
+    }
+    /// The log-probability of each entry's token in its row of `logits`, with its alternatives,
+    /// as [`crate::logprobs::logprobs_host`] defines (a device may sum in its own order: within
+    /// [`crate::logprobs::LOGPROB_TOLERANCE`], same alternatives). The default reads the named
+    /// rows back and runs the definition.
+    fn logprobs(&self, logits: &Self::Tensor, rows: &[LogprobRow]) -> Vec<TokenLogprobs> {
+        let host = self.download(logits);
+        let cols = logits.cols();
+        rows.iter()
+            .map(|r| crate::logprobs::logprobs_host(&host[r.row * cols..(r.row + 1) * cols], r.token, r.top))
+            .collect()
     }
     /// The mixture-of-experts op group, where this backend has kernels for it. A family that
     /// needs it asks here when it loads, so a backend without it is refused before any weight

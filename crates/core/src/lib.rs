@@ -8,6 +8,7 @@ pub mod batch;
 pub mod bytes;
 pub mod dtype;
 pub mod lane_state;
+pub mod logprobs;
 pub mod pick;
 pub mod quant;
 
@@ -21,5 +22,6 @@ pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView, StateSnapshot};
 pub use bytes::HostBytes;
 pub use dtype::{GgmlType, TypeInfo};
 pub use lane_state::{LaneRun, LaneStateStore, StatePart, lane_runs};
+pub use logprobs::{LogprobRow, MAX_LOGPROBS, TokenLogprobs};
 pub use pick::{LogitEdit, Penalties, Pick, PickRow, Picked};
 pub use quant::{QuantError, dequantize};

@@ -10,10 +10,11 @@ pub mod generation_config;
 mod handle;
 pub mod load;
 mod output;
+pub mod profile;
 mod runner;
 mod score;
 
-use plumb_core::{FullBackend, KvSpec, PickRow, Picked, Shape};
+use plumb_core::{FullBackend, KvSpec, LogprobRow, PickRow, Picked, Shape};
 use plumb_models::CausalLm;
 use plumb_sampling::{SamplingError, SamplingParams};
 use plumb_scheduler::{RequestError, Scheduler, SchedulerConfig, SchedulerStats, SeqId, Sequence, StepPlan};
@@ -79,7 +80,7 @@ pub enum EngineError {
 }
 
 /// Most top alternatives a request may ask for with its log-probabilities (OpenAI allows 20).
-pub const MAX_LOGPROBS: usize = 20;
+pub use plumb_core::MAX_LOGPROBS;
 
 /// What the engine keeps per request besides the scheduler's sequence.
 #[derive(Clone, Debug)]
@@ -143,7 +144,10 @@ impl<B: FullBackend> Engine<B> {
             spec.lane_state.num_snapshots = snapshots.num_snapshots;
             scheduler = scheduler.with_state_snapshots(snapshots);
         }
-        let kv = backend.try_new_kv_cache(&spec).map_err(|e| EngineError::Backend(e.to_string()))?;
+        let mut kv = backend.try_new_kv_cache(&spec).map_err(|e| EngineError::Backend(e.to_string()))?;
+        if backend.profiles_memory() {
+            profile::profile(&backend, &*model, &mut kv, scheduler.config())?;
+        }
         let (requests, draft_stats) = (HashMap::new(), DraftStats::default());
         Ok(Engine { backend, model, kv, kv_spec: spec, scheduler, requests, next_id: 0, proposer: None, draft_stats })
     }
@@ -302,18 +306,18 @@ impl<B: FullBackend> Engine<B> {
     /// Per sampling item, the tokens it keeps (its accepted drafts, then one sample), with the
     /// logprobs and logits rows the request asked for, one per kept token.
     /// On a backend that picks on the device, a request whose sampler reads only a row's argmax
-    /// or top-k gets that reduction instead of the row (the same token: `sample_picked`); the
-    /// others' rows are gathered and read back.
+    /// or top-k gets that reduction instead of the row (the same token: `sample_picked`), and its
+    /// log-probabilities from `Backend::logprobs` over a copy of its raw rows taken before the
+    /// picks edit them; the others' rows are gathered and read back.
     fn sample(&self, plan: &StepPlan, mut logits: B::Tensor) -> (Vec<Vec<u32>>, Vec<output::ItemExtras>) {
         let vocab = logits.cols();
         let items: Vec<_> = plan.items.iter().filter(|item| item.sample).collect();
         let on_device = self.backend.picks_on_device();
-        let (mut pick_rows, mut host_rows, mut first) = (Vec::new(), Vec::new(), 0);
+        let (mut pick_rows, mut host_rows, mut raw_rows, mut first) = (Vec::new(), Vec::new(), Vec::new(), 0);
         let mut picks = Vec::with_capacity(items.len());
         for item in &items {
             let state = &self.requests[&item.seq_id];
-            let pick = plumb_sampling::device_pick(&state.params)
-                .filter(|_| on_device && state.logprobs.is_none() && !state.return_logits);
+            let pick = plumb_sampling::device_pick(&state.params).filter(|_| on_device && !state.return_logits);
             let rows = first..first + item.num_samples();
             first = rows.end;
             picks.push(pick);
@@ -321,6 +325,9 @@ impl<B: FullBackend> Engine<B> {
                 host_rows.extend(rows.map(|r| r as u32));
                 continue;
             };
+            if state.logprobs.is_some() {
+                raw_rows.extend(rows.clone().map(|r| r as u32));
+            }
             let seq = self.scheduler.get(item.seq_id).expect("planned sequences are known");
             let mut history = seq.tokens().to_vec();
             for (j, row) in rows.enumerate() {
@@ -330,20 +337,26 @@ impl<B: FullBackend> Engine<B> {
                 history.extend(item.drafts.get(j));
             }
         }
-        // Whole rows first: picking may leave its edits in the rows it reduces.
+        // Whole rows and raw copies first: picking may leave its edits in the rows it reduces.
+        let gather = |rows: &[u32]| {
+            let mut gathered = self.backend.tensor(rows.len(), vocab);
+            self.backend.gather_rows(&logits, rows, &mut gathered);
+            gathered
+        };
         let host = if !on_device {
             self.backend.download(&logits)
         } else if host_rows.is_empty() {
             Vec::new()
         } else {
-            let mut gathered = self.backend.tensor(host_rows.len(), vocab);
-            self.backend.gather_rows(&logits, &host_rows, &mut gathered);
-            self.backend.download(&gathered)
+            self.backend.download(&gather(&host_rows))
         };
+        let raw = (!raw_rows.is_empty()).then(|| gather(&raw_rows));
         let picked = if pick_rows.is_empty() { Vec::new() } else { self.backend.pick(&mut logits, &pick_rows) };
         let (mut host_rows, mut picked) = (host.chunks_exact(vocab), picked.into_iter());
         let mut kept_all = Vec::new();
         let mut extras = Vec::new();
+        // Device log-probabilities to ask for: (item of `extras`, kept token, its row of `raw`).
+        let (mut wanted, mut raw_next) = (Vec::new(), 0);
         for (item, pick) in items.iter().zip(picks) {
             let seq = self.scheduler.get(item.seq_id).expect("planned sequences are known");
             let state = &self.requests[&item.seq_id];
@@ -353,7 +366,14 @@ impl<B: FullBackend> Engine<B> {
                 let kept = plumb_sampling::verify_drafts(&item.drafts, history, |j, h| {
                     plumb_sampling::sample_picked(&item_picks[j], p, h.len() as u64)
                 });
-                extras.push((item.seq_id, kept.iter().map(|_| output::Extras::default()).collect()));
+                if let Some(n) = state.logprobs {
+                    // The item's rows of `raw` follow the previous logprobs items' rows.
+                    for (j, &token) in kept.iter().enumerate() {
+                        wanted.push((extras.len(), j, LogprobRow { row: raw_next + j, token, top: n }));
+                    }
+                    raw_next += item.num_samples();
+                }
+                extras.push((item.seq_id, kept.iter().map(|_| output::Extras::default()).collect::<Vec<_>>()));
                 kept_all.push(kept);
                 continue;
             }
@@ -364,12 +384,18 @@ impl<B: FullBackend> Engine<B> {
                 kept.iter()
                     .zip(&item_rows)
                     .map(|(&token, row)| output::Extras {
-                        logprobs: state.logprobs.map(|n| output::logprobs(row, token, n)),
+                        logprobs: state.logprobs.map(|n| plumb_core::logprobs::logprobs_host(row, token, n)),
                         logits: state.return_logits.then(|| row.to_vec()),
                     })
                     .collect(),
             ));
             kept_all.push(kept);
+        }
+        if let Some(raw) = raw {
+            let rows: Vec<LogprobRow> = wanted.iter().map(|w| w.2).collect();
+            for ((i, j, _), lp) in wanted.into_iter().zip(self.backend.logprobs(&raw, &rows)) {
+                extras[i].1[j].logprobs = Some(lp);
+            }
         }
         (kept_all, extras)
     }

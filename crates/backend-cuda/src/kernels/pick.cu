@@ -73,28 +73,24 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS)
     if (threadIdx.x == 0) out[blockIdx.x] = isnan(r[0]) ? 0u : pick_index(best);
 }
 
-// The ks[b] best candidates of row rows[b] in total order (ties by lower index), best first, as
-// (index, value bits) pairs at out + b * 2 * PICK_MAX_K. A radix select finds the k-th largest
-// packed (key, index) value, 8 bits at a time from the top; the k values at or above it are then
-// ranked by counting (packs are unique, so ranks are too).
-extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const float* __restrict__ logits,
-                                                                      const unsigned* __restrict__ rows,
-                                                                      const unsigned* __restrict__ ks, int cols,
-                                                                      unsigned* __restrict__ out) {
+// The k best entries of row r by `key` (ties by lower index), best first, as (index, value bits)
+// pairs at o. A radix select finds the k-th largest packed (key, index) value, 8 bits at a time
+// from the top; the k values at or above it are then ranked by counting (packs are unique, so
+// ranks are too). Every thread of the block calls it.
+template <unsigned (*key)(float)>
+__device__ void top_k_of_row(const float* __restrict__ r, int cols, unsigned k, unsigned* __restrict__ o) {
     __shared__ unsigned hist[256];
     __shared__ u64 chosen_prefix;
     __shared__ unsigned chosen_remaining;
     __shared__ u64 cand[PICK_MAX_K];
     __shared__ unsigned num_cand;
-    const float* r = logits + (u64)rows[blockIdx.x] * cols;
-    const unsigned k = min(min(ks[blockIdx.x], (unsigned)cols), (unsigned)PICK_MAX_K);
     u64 prefix = 0, mask = 0;
     unsigned remaining = k;
     for (int shift = 56; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < 256; b += PICK_THREADS) hist[b] = 0;
         __syncthreads();
         for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
-            const u64 p = pick_pack(total_key(r[j]), j);
+            const u64 p = pick_pack(key(r[j]), j);
             if ((p & mask) == prefix) atomicAdd(&hist[(p >> shift) & 0xFF], 1u);
         }
         __syncthreads();
@@ -117,11 +113,10 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const floa
     if (threadIdx.x == 0) num_cand = 0;
     __syncthreads();
     for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
-        const u64 p = pick_pack(total_key(r[j]), j);
+        const u64 p = pick_pack(key(r[j]), j);
         if (p >= prefix) cand[atomicAdd(&num_cand, 1u)] = p;
     }
     __syncthreads();
-    unsigned* o = out + (u64)blockIdx.x * 2 * PICK_MAX_K;
     for (unsigned i = threadIdx.x; i < k; i += PICK_THREADS) {
         const u64 p = cand[i];
         unsigned rank = 0;
@@ -130,4 +125,60 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const floa
         o[2 * rank] = id;
         o[2 * rank + 1] = __float_as_uint(r[id]);
     }
+}
+
+// The ks[b] best candidates of row rows[b] in total order (`f32::total_cmp`, ties by lower
+// index), best first, as (index, value bits) pairs at out + b * 2 * PICK_MAX_K.
+extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const float* __restrict__ logits,
+                                                                      const unsigned* __restrict__ rows,
+                                                                      const unsigned* __restrict__ ks, int cols,
+                                                                      unsigned* __restrict__ out) {
+    const float* r = logits + (u64)rows[blockIdx.x] * cols;
+    const unsigned k = min(min(ks[blockIdx.x], (unsigned)cols), (unsigned)PICK_MAX_K);
+    top_k_of_row<total_key>(r, cols, k, out + (u64)blockIdx.x * 2 * PICK_MAX_K);
+}
+
+// Block-wide reduction of one double per thread in a fixed order (lanes by xor shuffles, then
+// the warps' results in warp order); every thread gets the result. `op`: 0 sum, 1 max.
+__device__ double block_reduce_f64(double v, int op) {
+    __shared__ double part[PICK_THREADS / 32];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const double o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = op ? fmax(v, o) : v + o;
+    }
+    __syncthreads();  // `part` may still be read by a previous call
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    double m = part[0];
+    for (int i = 1; i < PICK_THREADS / 32; i++) m = op ? fmax(m, part[i]) : m + part[i];
+    return m;
+}
+
+// Log-probabilities (crates/core/src/logprobs.rs is the definition): entry b is (row, token, n)
+// at meta + 3b. Out, per entry at out + b * (4 + 2 * PICK_MAX_K) words: the row's log-sum-exp
+// (a double: max + log Σ exp(v − max), both in float64, the sum in this kernel's fixed order),
+// the token's logit bits, then its n best (index, value bits) by the definition's order (`>`, +0
+// and −0 equal, NaN last, ties by lower index — the argmax key). A function of the row alone.
+extern "C" __global__ void __launch_bounds__(PICK_THREADS) row_logprobs(const float* __restrict__ logits,
+                                                                        const unsigned* __restrict__ meta, int cols,
+                                                                        unsigned* __restrict__ out) {
+    const unsigned* m = meta + 3 * (u64)blockIdx.x;
+    const float* r = logits + (u64)m[0] * cols;
+    unsigned* o = out + (u64)blockIdx.x * (4 + 2 * PICK_MAX_K);
+    double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
+    for (int j = threadIdx.x; j < cols; j += PICK_THREADS) mx = fmax(mx, (double)r[j]);
+    mx = block_reduce_f64(mx, 1);
+    double sum = 0.0;
+    for (int j = threadIdx.x; j < cols; j += PICK_THREADS) sum += exp((double)r[j] - mx);
+    sum = block_reduce_f64(sum, 0);
+    if (threadIdx.x == 0) {
+        const double lse = mx + log(sum);
+        const unsigned long long bits = (unsigned long long)__double_as_longlong(lse);
+        o[0] = (unsigned)(bits & 0xFFFFFFFFull);
+        o[1] = (unsigned)(bits >> 32);
+        o[2] = __float_as_uint(r[m[1]]);
+    }
+    const unsigned k = min(min(m[2], (unsigned)cols), (unsigned)PICK_MAX_K);
+    if (k > 0) top_k_of_row<argmax_key>(r, cols, k, o + 4);
 }
