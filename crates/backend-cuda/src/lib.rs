@@ -147,26 +147,35 @@ pub struct CudaBackend {
     /// (None: the fixed split of `PLUMB_CUDA_DECODE_SPLIT=fixed`), and its modelled pipeline
     /// fill (`ops::decode_split`; `PLUMB_CUDA_DECODE_FILL` overrides it, for measuring).
     pub(crate) decode_slots: [Option<usize>; 8],
+    /// The same for the wide decode kernel (two warps per 16 features), and the number of 8-row
+    /// groups from which it is used (`PLUMB_CUDA_DECODE_WIDE` overrides it, for measuring).
+    pub(crate) decode_slots_wide: [Option<usize>; 8],
+    pub(crate) decode_wide_groups: usize,
     pub(crate) decode_fill: f64,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
 }
 
-/// The decode kernel's resident blocks on the whole device for 1..=8 groups of 8 rows (SMs ×
-/// blocks per SM at its shared memory and registers); all None under
-/// `PLUMB_CUDA_DECODE_SPLIT=fixed`.
-fn decode_slots(ctx: &CudaContext, kernels: &HashMap<String, CudaFunction>) -> Result<[Option<usize>; 8], CudaError> {
+/// A decode kernel's resident blocks on the whole device for 1..=8 groups of 8 rows (SMs ×
+/// blocks per SM at its shared memory and registers), for `name` launched with `threads`; all
+/// None under `PLUMB_CUDA_DECODE_SPLIT=fixed`.
+fn resident_blocks(
+    ctx: &CudaContext,
+    kernels: &HashMap<String, CudaFunction>,
+    name: &str,
+    threads: u32,
+) -> Result<[Option<usize>; 8], CudaError> {
     if std::env::var("PLUMB_CUDA_DECODE_SPLIT").is_ok_and(|v| v == "fixed") {
         return Ok([None; 8]);
     }
     use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
     let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
-    let f = &kernels["linear_mma_decode_bf16"];
+    let f = &kernels[name];
     let mut slots = [None; 8];
     for (g, s) in slots.iter_mut().enumerate() {
         let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(128, ops::decode_smem(g + 1), None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, ops::decode_smem(g + 1), None)
             .map_err(driver("reading the decode kernel's occupancy"))?;
         *s = Some(sms * per_sm.max(1) as usize);
     }
@@ -216,6 +225,7 @@ fn kernel_names() -> Vec<String> {
         "round_bf16",
         "linear_wgmma_bf16",
         "linear_mma_decode_bf16",
+        "linear_mma_decode_wide_bf16",
         "embed_bf16_kperm",
         "apply_logit_edits",
         "pick_argmax",
@@ -272,7 +282,7 @@ impl CudaBackend {
         for name in kernel_names() {
             let f = module.load_function(&name).map_err(driver("finding a kernel"))?;
             let smem = match name.as_str() {
-                "linear_mma_decode_bf16" => ops::MMA_DECODE_SMEM,
+                "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops::WGMMA_SMEM,
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
@@ -288,7 +298,16 @@ impl CudaBackend {
             }
             kernels.insert(name, f);
         }
-        let decode_slots = decode_slots(&ctx, &kernels)?;
+        let decode_slots = resident_blocks(&ctx, &kernels, "linear_mma_decode_bf16", 128)?;
+        let decode_slots_wide = resident_blocks(&ctx, &kernels, "linear_mma_decode_wide_bf16", 256)?;
+        let decode_wide_groups = match std::env::var("PLUMB_CUDA_DECODE_WIDE") {
+            Ok(v) => v.parse().map_err(|_| CudaError::BadSetting {
+                name: "PLUMB_CUDA_DECODE_WIDE",
+                value: v,
+                expected: "a number of 8-row groups (9: never)",
+            })?,
+            Err(_) => ops::DECODE_WIDE_GROUPS,
+        };
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
@@ -305,6 +324,8 @@ impl CudaBackend {
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
             decode_slots,
+            decode_slots_wide,
+            decode_wide_groups,
             decode_fill: decode_fill.unwrap_or(ops::DECODE_FILL),
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)

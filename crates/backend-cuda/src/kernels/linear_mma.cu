@@ -106,14 +106,20 @@ __device__ __forceinline__ int dec_at(int r, int p) { return r * DEC_ROW_BYTES +
 // above) and read into mma fragments by ldmatrix. With one split the block folds its chunks in
 // registers; with several, each chunk's partial goes to `part` ([chunk][row][feature]) and the
 // last block of a feature tile to arrive (`counters` count arrivals, never add values; that block
-// resets its counter to zero) folds them in chunk order.
-extern "C" __global__ void __launch_bounds__(128, 1)
-    linear_mma_decode_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
-                           float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,
-                           float* __restrict__ part, u32* __restrict__ counters) {
+// resets its counter to zero) folds them in chunk order. TW warps share each 16 features, warp
+// w taking the 8-row groups w / 4, w / 4 + TW, ...: the wide form (TW = 2, 256 threads) halves each
+// warp's chain of dependent mma steps where the rows' staging leaves one block per SM. Which warp
+// computes a group changes no operation of it.
+template <int TW>
+__device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
+                                                  float* __restrict__ out, int num_rows, int n_out, int k_in,
+                                                  int chunks_per_split, float* __restrict__ part,
+                                                  u32* __restrict__ counters) {
+    constexpr int NT = 128 * TW;
     extern __shared__ __align__(128) u8 smem[];
     __shared__ int is_last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int fw = warp % 4, tw = warp / 4;
     const int f0 = blockIdx.x * DEC_FEAT;
     const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
     const int c_lo = blockIdx.y * chunks_per_split, c_hi = min(num_chunks, c_lo + chunks_per_split);
@@ -126,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     auto issue = [&](int c, int b) {
         u8* st = smem + b * stage_bytes;
         const int k0 = c * MMA_KC;
-        for (int i = threadIdx.x; i < (DEC_FEAT + 8 * groups) * 32; i += 128) {
+        for (int i = threadIdx.x; i < (DEC_FEAT + 8 * groups) * 32; i += NT) {
             const int r = i / 32, p = i % 32, k = k0 + 8 * p;
             const bool kin = k < k_in;
             if (r < DEC_FEAT) {
@@ -142,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    float acc[8][4];
+    float acc[8 / TW][4];
     issue(c_lo, 0);
     for (int c = c_lo; c < c_hi; c++) {
         const int b = (c - c_lo) & 1;
@@ -155,13 +161,14 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         __syncthreads();
         const u32 st = smem_addr(smem + b * stage_bytes);
         // This warp's 16 features for all 16 steps: lane l addresses feature row
-        // 16 warp + l % 8 + 8 ((l / 8) % 2), piece 2 s + l / 16 (a0 a1 a2 a3 of mma_bf16).
+        // 16 fw + l % 8 + 8 ((l / 8) % 2), piece 2 s + l / 16 (a0 a1 a2 a3 of mma_bf16).
         u32 a[16][4];
-        const int ar = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+        const int ar = 16 * fw + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
         for (int s = 0; s < 16; s++) ldmatrix_x4(a[s], st + dec_at(ar, 2 * s + (lane >> 4)));
 #pragma unroll
-        for (int grp = 0; grp < 8; grp++) {
+        for (int gi = 0; gi < 8 / TW; gi++) {
+            const int grp = tw + TW * gi;
             if (grp >= groups) break;
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             // Rows of x: lane l addresses token 8 grp + l % 8, piece 2 s + l / 8 (two steps).
@@ -174,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                 mma_bf16(d, a[s + 1][0], a[s + 1][1], a[s + 1][2], a[s + 1][3], bf[2], bf[3]);
             }
             if (split) {
-                const int fa = f0 + 16 * warp + g, tok = 8 * grp + 2 * t;
+                const int fa = f0 + 16 * fw + g, tok = 8 * grp + 2 * t;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int f = fa + 8 * (e / 2), n = tok + e % 2;
@@ -182,20 +189,21 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                 }
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[grp][e] = __fadd_rn(c == c_lo ? 0.0f : acc[grp][e], d[e]);
+                for (int e = 0; e < 4; e++) acc[gi][e] = __fadd_rn(c == c_lo ? 0.0f : acc[gi][e], d[e]);
             }
         }
         __syncthreads();  // every warp is done with buffer b before it is restaged
     }
     if (!split) {
 #pragma unroll
-        for (int grp = 0; grp < 8; grp++) {
+        for (int gi = 0; gi < 8 / TW; gi++) {
+            const int grp = tw + TW * gi;
             if (grp >= groups) break;
-            const int fa = f0 + 16 * warp + g, tok = 8 * grp + 2 * t;
+            const int fa = f0 + 16 * fw + g, tok = 8 * grp + 2 * t;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int f = fa + 8 * (e / 2), n = tok + e % 2;
-                if (f < n_out && n < num_rows) out[(u64)n * n_out + f] = acc[grp][e];
+                if (f < n_out && n < num_rows) out[(u64)n * n_out + f] = acc[gi][e];
             }
         }
         return;
@@ -206,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < num_rows * DEC_FEAT; i += 128) {
+    for (int i = threadIdx.x; i < num_rows * DEC_FEAT; i += NT) {
         const int n = i / DEC_FEAT, f = f0 + i % DEC_FEAT;
         if (f >= n_out) continue;
         float v = __fadd_rn(0.0f, __ldcg(part + (u64)n * n_out + f));
@@ -214,4 +222,18 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         out[(u64)n * n_out + f] = v;
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+    linear_mma_decode_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
+                           int num_rows, int n_out, int k_in, int chunks_per_split, float* __restrict__ part,
+                           u32* __restrict__ counters) {
+    linear_mma_decode<1>(x, w, row_bytes, out, num_rows, n_out, k_in, chunks_per_split, part, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    linear_mma_decode_wide_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
+                                float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,
+                                float* __restrict__ part, u32* __restrict__ counters) {
+    linear_mma_decode<2>(x, w, row_bytes, out, num_rows, n_out, k_in, chunks_per_split, part, counters);
 }
