@@ -4,14 +4,17 @@
 //! Invariant (DESIGN.md principle 2): every output row's reduction order is fixed by shapes alone.
 
 mod attention;
+mod compressed;
 mod dequant;
 mod elementwise;
 mod fused;
 mod gdn;
+mod hyper;
 mod kv_cache;
 mod linear;
 mod moe;
 mod pool;
+mod scored_moe;
 pub mod simd;
 mod weights;
 
@@ -20,8 +23,9 @@ pub use pool::Pool;
 pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
-    AttentionOps, Backend, BackendError, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType, HostBytes, KvSpec,
-    KvStore, LaneStateOps, LinearOps, MoeOps, RopeOps, Shape, WeightSource,
+    AttentionOps, Backend, BackendError, CompressedAttentionOps, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType,
+    HostBytes, HyperConnectionOps, KvSpec, KvStore, LaneStateOps, LinearOps, MoeOps, RopeOps, ScoredMoeOps, Shape,
+    WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -240,6 +244,24 @@ impl Backend for CpuBackend {
     fn lane_state_ops(
         &self,
     ) -> Option<&dyn LaneStateOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
+    }
+
+    fn compressed_attention_ops(
+        &self,
+    ) -> Option<&dyn CompressedAttentionOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
+    }
+
+    fn hyper_connection_ops(
+        &self,
+    ) -> Option<&dyn HyperConnectionOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
+        Some(self)
+    }
+
+    fn scored_moe_ops(
+        &self,
+    ) -> Option<&dyn ScoredMoeOps<Tensor = CpuTensor, Weight = CpuWeight, KvCache = CpuKvCache>> {
         Some(self)
     }
 }

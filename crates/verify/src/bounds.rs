@@ -164,6 +164,77 @@ pub const BOUNDS: &[Bound] = &[
                  the decayed state carries earlier tokens' errors forward without growth (|e^g| ≤ 1, \
                  |β·k kᵀ| ≤ 1): measured ≤ 2e-7 over 8 tokens on every ISA; 4e-6 ≈ 70u leaves room for longer runs",
     },
+    Bound {
+        op: "rms_norm_unweighted",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "rms_norm without the weight: the mean of squares, a sqrt, a divide and a multiply: ≈ 5u",
+    },
+    Bound {
+        op: "rope_tail_interleaved",
+        metric: Metric::Nrms,
+        bound: 2e-7,
+        reason: "as rope, on the trailing pairs: two products and a sum per element: ≤ 3u",
+    },
+    Bound {
+        op: "compress_kv",
+        metric: Metric::Nrms,
+        bound: 4e-6,
+        reason: "per channel a softmax over ≤ 2·ratio slots (exp ~2 ulp, a sum, a divide) and a ≤ 2·ratio-term \
+                 pooled sum (≤ 4·ratio·u at ratio 8: 32u), then an unweighted RMSNorm and the weight (≈ 6u): ≈ 40u, ×4",
+    },
+    Bound {
+        op: "indexer_topk",
+        metric: Metric::Exact,
+        bound: 0.0,
+        reason: "the chosen entries must equal the reference's (the same scores up to rounding, the same tie rule: \
+                 duplicated keys tie exactly on both sides)",
+    },
+    Bound {
+        op: "sink_attention",
+        metric: Metric::Nrms,
+        bound: 4e-6,
+        reason: "as attention: q·k chains, exp (~2 ulp), the softmax sum with the sink and the V sum: ≈ 60u",
+    },
+    Bound {
+        op: "grouped_linear",
+        metric: Metric::DotBackward,
+        bound: 0.0,
+        reason: "dot_bound(k): each group's product is computed as linear computes it",
+    },
+    Bound {
+        op: "hc_pre",
+        metric: Metric::Nrms,
+        bound: 4e-6,
+        reason: "a linear of the normalized streams (dot_bound over n·hidden), sigmoids (≤ 6u), a row softmax and 20 \
+                 Sinkhorn rounds (a sum of n and a divide each, errors damped by renormalisation): measured ≤ 1e-7; ≈ 65u",
+    },
+    Bound {
+        op: "hc_post",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "an n-term sum of products and one more product and add: (2n + 2)u at n = 4 ≈ 10u",
+    },
+    Bound {
+        op: "hc_head",
+        metric: Metric::Nrms,
+        bound: 1e-6,
+        reason: "a linear of the normalized streams, a sigmoid (≤ 6u) and an n-term collapse ((2n)u): ≈ 16u",
+    },
+    Bound {
+        op: "sqrt_softplus_topk",
+        metric: Metric::Nrms,
+        bound: 6e-7,
+        reason: "the chosen experts must equal the reference's exactly (same tie rule); weights: softplus (exp, log1p \
+                 ~2 ulp each), a sqrt, a k-term sum, a divide and the scaling: ≈ 9u",
+    },
+    Bound { op: "hash_route_weights", metric: Metric::Nrms, bound: 6e-7, reason: "as sqrt_softplus_topk's weights" },
+    Bound {
+        op: "clamped_swiglu",
+        metric: Metric::Nrms,
+        bound: 4e-7,
+        reason: "clamps are exact; silu (exp ~2 ulp, an add, a divide) and a multiply: ≤ 6u, as sigmoid_mul",
+    },
 ];
 
 /// The bound of `op`.

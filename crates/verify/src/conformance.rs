@@ -3,6 +3,7 @@
 //! Outputs of the backend under test are poisoned with NaN first, so an element an op forgets to
 //! write fails the case. The optional op groups (`moe`, `gdn`) run where the backend has them.
 
+mod deepseek_v4;
 mod gdn;
 mod moe;
 
@@ -100,6 +101,7 @@ pub fn run_suite<B: FullBackend>(backend: &B, seed: u64) -> Vec<CaseResult> {
     attention_cases(&p, &mut rng, &mut out);
     moe::moe_cases(&p, &mut rng, &mut out);
     gdn::gdn_cases(&p, &mut rng, &mut out);
+    deepseek_v4::deepseek_v4_cases(&p, &mut rng, &mut out);
     out
 }
 

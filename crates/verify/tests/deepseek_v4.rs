@@ -3,7 +3,11 @@
 //! graph at every position of both prompts, and the new ops one by one against the float64
 //! inputs and outputs transformers recorded (`intermediates` in the manifest): the mHC mix, the
 //! final HC head, the CSA and HCA compressors, the indexer's top-k (exact ids) and both routers.
-//! Also: a backend without the op groups is refused before any weight is read.
+//! The CPU backend's kernels for every V4 op run the whole model within the gate's bound of the
+//! float64 logits. Also: a backend without the op groups is refused before any weight is read.
+
+#[path = "support/faulty.rs"]
+mod faulty;
 
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_ref::{RefBackend, RefTensor};
@@ -249,11 +253,48 @@ fn routers_match_transformers() {
 
 #[test]
 fn a_backend_without_the_op_groups_is_refused_before_loading() {
-    let cpu = CpuBackend::new(1);
-    let err = plumb_models::load_model_with(&HfCheckpoint::open(fixture().join("hf")).unwrap(), &cpu, None)
+    // A CPU backend that offers none of the optional groups (the conformance suite's fault
+    // injector, here without a fault).
+    let plain = faulty::Faulty { inner: CpuBackend::new(1), fault: faulty::Fault::None };
+    let err = plumb_models::load_model_with(&HfCheckpoint::open(fixture().join("hf")).unwrap(), &plain, None)
         .err()
-        .expect("the CPU backend has no compressed-attention kernels yet");
+        .expect("a backend without compressed-attention kernels is refused");
     assert!(err.to_string().contains("compressed sparse attention"), "{err}");
+}
+#[test]
+fn the_cpu_backend_matches_transformers_within_the_gates_bound() {
+    // The CPU backend's float32 kernels for every V4 op, whole prompts: each position's logits
+    // within 4× the NRMS of transformers' own float32 run (the gate's bound), and its greedy
+    // choice the float64 one wherever the float64 top-2 gap is not a near-tie.
+    let m = manifest();
+    let vocab = m["vocab_size"].as_u64().unwrap() as usize;
+    let b = CpuBackend::new(2);
+    let model = plumb_models::load_model_with(&HfCheckpoint::open(fixture().join("hf")).unwrap(), &b, None).unwrap();
+    let (mut worst, mut floor_worst) = (0f64, 0f64);
+    for p in m["prompts"].as_array().unwrap() {
+        let mut tokens = ids(&p["prompt_ids"]);
+        tokens.extend(ids(&p["greedy_f64"]));
+        let want = f64s(p["files"]["logits_f64"]["file"].as_str().unwrap());
+        let floor = f32s(p["files"]["logits_f32"]["file"].as_str().unwrap());
+        let mut kv = b.new_kv_cache(&model.kv_spec(16, 0));
+        let batch = ForwardBatch::single_lane(&tokens, 0, 16, vec![0; tokens.len().div_ceil(16)]);
+        let got = b.download_f64(&model.forward(&b, &batch, &mut kv, None));
+        assert!(got.iter().all(|v| v.is_finite()), "a CPU logit is not finite");
+        for pos in 0..tokens.len() {
+            let row = pos * vocab..(pos + 1) * vocab;
+            let (g, w) = (&got[row.clone()], &want[row.clone()]);
+            worst = worst.max(nrms(g, w));
+            floor_worst = floor_worst.max(nrms(&floor[row.clone()], w));
+            let argmax = |v: &[f64]| (0..vocab).fold(0, |a, j| if v[j] > v[a] { j } else { a });
+            let mut sorted = w.to_vec();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            if sorted[0] - sorted[1] > 1e-3 {
+                assert_eq!(argmax(g), argmax(w), "greedy choice at position {pos}");
+            }
+        }
+    }
+    eprintln!("deepseek_v4 on the CPU: {worst:.3e} NRMS worst row; transformers' float32 {floor_worst:.3e}");
+    assert!(worst <= 4.0 * floor_worst, "CPU vs float64: {worst:e} against 4 × {floor_worst:e}");
 }
 
 #[test]

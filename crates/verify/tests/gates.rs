@@ -8,7 +8,10 @@ mod tiny_model;
 use faulty::{Fault, Faulty};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::GgufFile;
-use plumb_core::{Backend, ForwardBatch, FullBackend, GATED_DELTA_OPS, KvStore, MOE_OPS, OPS};
+use plumb_core::{
+    Backend, COMPRESSED_ATTENTION_OPS, ForwardBatch, FullBackend, GATED_DELTA_OPS, HYPER_CONNECTION_OPS, KvStore,
+    MOE_OPS, OPS, SCORED_MOE_OPS,
+};
 use plumb_verify::conformance::{CaseResult, run_suite};
 use plumb_verify::gate::{Control, GateBound, run_gate};
 use plumb_verify::residency;
@@ -78,9 +81,23 @@ fn check_conformance(backend: &CpuBackend) {
         );
     }
     assert!(failing(&results).is_empty(), "{:#?}", failing(&results));
-    // The CPU backend has the optional MoE and Gated DeltaNet groups, so their ops must have cases too.
+    // The CPU backend has the optional MoE, Gated DeltaNet and DeepSeek V4 groups, so their ops
+    // must have cases too.
     assert!(backend.moe_ops().is_some() && backend.gated_delta_ops().is_some());
-    let ops: Vec<&str> = OPS.iter().chain(&MOE_OPS).chain(&GATED_DELTA_OPS).copied().collect();
+    assert!(
+        backend.compressed_attention_ops().is_some()
+            && backend.hyper_connection_ops().is_some()
+            && backend.scored_moe_ops().is_some()
+    );
+    let ops: Vec<&str> = OPS
+        .iter()
+        .chain(&MOE_OPS)
+        .chain(&GATED_DELTA_OPS)
+        .chain(&COMPRESSED_ATTENTION_OPS)
+        .chain(&HYPER_CONNECTION_OPS)
+        .chain(&SCORED_MOE_OPS)
+        .copied()
+        .collect();
     for op in &ops {
         assert!(results.iter().any(|r| r.op == *op), "op `{op}` has no conformance case");
     }
