@@ -6,10 +6,9 @@
 //! and the entries it may see, never of the batch. The grouped output projection is one `linear`
 //! launch of the groups' products, each as `linear` computes it.
 
-use crate::scored_moe::dense;
+use crate::scored_moe::{dense, descending};
 use crate::{CpuBackend, CpuTensor, CpuWeight, SharedOut};
 use plumb_core::{CompressedAttentionOps, Compression, LinearOps};
-use std::cmp::Ordering;
 
 /// Σ a_i·b_i: 16 running lane sums (element i into lane i % 16), then a pairwise tree.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -39,16 +38,6 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 fn inv_rms(x: &[f32], eps: f64) -> f32 {
     let ms = x.iter().fold(0f64, |a, &v| a + v as f64 * v as f64) / x.len() as f64;
     (1.0 / (ms + eps).sqrt()) as f32
-}
-
-/// Descending order; NaN first, so a NaN score is chosen and shows instead of being dropped.
-fn descending(a: f32, b: f32) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Less,
-        (false, true) => Ordering::Greater,
-        (false, false) => b.partial_cmp(&a).expect("neither is NaN"),
-    }
 }
 
 /// A weight's values as f32 (small parameter matrices).

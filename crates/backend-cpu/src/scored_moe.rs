@@ -12,8 +12,8 @@ fn softplus(x: f32) -> f32 {
     if x > 20.0 { x } else { x.exp().ln_1p() }
 }
 
-/// Descending order; NaN first (chosen, so it reaches the output).
-fn descending(a: f32, b: f32) -> Ordering {
+/// Descending order; NaN first (chosen, so it reaches the output instead of being dropped).
+pub(crate) fn descending(a: f32, b: f32) -> Ordering {
     match (a.is_nan(), b.is_nan()) {
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Less,
