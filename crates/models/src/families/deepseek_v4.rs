@@ -3,10 +3,11 @@
 //! compressed attention (sliding only, CSA or HCA, as `layer_types` says) → mHC re-expansion,
 //! then the same around a scored MoE (hash-routed or learned, as `mlp_layer_types` says); the
 //! final HC head → RMSNorm → untied head. Its own part of config.json is read and checked here.
-//! Scope today: the float64 reference graph of whole prompts — one lane from position 0 per
-//! step. Continuing a sequence (decode, chunked prefill, several lanes) needs its per-lane
-//! state (sliding K, compressed and indexer entries, unfinished windows, the CSA overlap), which
-//! is not built yet; `forward` refuses such a batch rather than compute it wrongly.
+//! Scope today: whole prompts (one lane from position 0 per step) on any backend with the V4 op
+//! groups (the float64 reference, the CPU). Continuing a sequence (decode, chunked prefill,
+//! several lanes) needs its per-lane state (sliding K, compressed and indexer entries,
+//! unfinished windows, the CSA overlap), which is not built yet; `forward` refuses such a batch
+//! rather than compute it wrongly.
 
 use crate::layers::compressed_attention::{AttentionKind, AttentionSpec, CompressedAttention, RopeTables};
 use crate::layers::decoder::output_head;
