@@ -8,6 +8,7 @@
 //! midway is never taken for a model.
 
 pub mod arch;
+pub mod deepseek_v4;
 pub mod hybrid;
 pub mod presets;
 pub mod rng;
@@ -153,6 +154,11 @@ fn set_num_layers(m: &mut Map<String, Value>, n: usize, file: &str) -> Result<()
     }
     m.insert("num_hidden_layers".into(), json!(n));
     if let Some(Value::Array(types)) = m.get_mut("layer_types")
+        && let Some(last) = types.last().cloned()
+    {
+        types.resize(n, last);
+    }
+    if let Some(Value::Array(types)) = m.get_mut("mlp_layer_types")
         && let Some(last) = types.last().cloned()
     {
         types.resize(n, last);

@@ -91,6 +91,58 @@ fn the_hybrid_presets_have_the_hugging_face_tensors() {
 }
 
 #[test]
+fn the_deepseek_v4_presets_hold_the_tensors_transformers_writes() {
+    // The tiny preset has fixtures/deepseek_v4's config; its folder (written by transformers)
+    // is the truth for names, shapes and dtypes: float32 parameters, int64 tid2eid, the rest as
+    // --dtype (bf16 there).
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/deepseek_v4/hf/model.safetensors");
+    let bytes = std::fs::read(fixture).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut want: Vec<(String, Vec<u64>, String)> = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let shape = v["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+            (k.clone(), shape, v["dtype"].as_str().unwrap().to_string())
+        })
+        .collect();
+    want.sort();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = SynthPlan::preset("tiny-deepseek-v4", options(SynthDtype::BF16, 3)).unwrap();
+    write(&plan, dir.path());
+    let ckpt = HfCheckpoint::open(dir.path()).unwrap();
+    let mut got: Vec<(String, Vec<u64>, String)> = ckpt
+        .weights
+        .names()
+        .into_iter()
+        .map(|name| {
+            let (_, t) = ckpt.weights.tensor(name).unwrap();
+            (name.to_string(), t.shape.iter().map(|&d| d as u64).collect(), format!("{:?}", t.dtype))
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    // The hash router's table names distinct experts per token, all in range.
+    let (file, t) = ckpt.weights.tensor("model.layers.0.ffn.gate.tid2eid").unwrap();
+    let ids: Vec<i64> =
+        file.tensor_data(t).chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
+    for row in ids.chunks_exact(2) {
+        assert!(row[0] != row[1] && row.iter().all(|&e| (0..8).contains(&e)), "{row:?}");
+    }
+    // DeepSeek-V4-Flash's backbone (its MTP layer is not part of it).
+    let flash = SynthPlan::preset("deepseek-v4-flash", SynthOptions::default()).unwrap();
+    let shape = |name: &str| flash.tensors.iter().find(|t| t.name == name).map(|t| t.shape.clone());
+    assert_eq!(shape("model.layers.0.attn.wq_b.weight"), Some(vec![64 * 512, 1024]));
+    assert_eq!(shape("model.layers.0.attn.wo_a.weight"), Some(vec![8 * 1024, 64 * 512 / 8]));
+    assert_eq!(shape("model.layers.0.ffn.gate.tid2eid"), Some(vec![129_280, 6]));
+    assert_eq!(shape("model.layers.3.attn.indexer.wq_b.weight"), Some(vec![64 * 128, 1024]), "layer 3 is CSA");
+    assert_eq!(shape("model.layers.2.attn.compressor.ape"), Some(vec![128, 512]), "layer 2 is HCA");
+    assert_eq!(shape("model.layers.42.ffn.experts.255.w2.weight"), Some(vec![4096, 2048]));
+    eprintln!("deepseek-v4-flash: {} parameters", flash.num_params());
+}
+
+#[test]
 fn tiny_presets_write_folders_the_reader_opens() {
     for (name, dtype, st) in [
         ("tiny-llama", SynthDtype::F32, StDtype::F32),
@@ -195,6 +247,7 @@ fn weights_have_the_planned_spread() {
                 let tol = 6.0 * std / (2.0 * n).sqrt();
                 assert!((got - std).abs() < tol && mean.abs() < 6.0 * std / n.sqrt(), "{}: {got} vs {std}", t.name);
             }
+            Init::ExpertIds { .. } => panic!("{}: Qwen3 has no hash router", t.name),
         }
     }
 }

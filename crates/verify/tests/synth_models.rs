@@ -86,6 +86,11 @@ fn tiny_qwen3_moe_runs_finite_and_spread() {
 }
 
 #[test]
+fn tiny_deepseek_v4_runs_finite_and_spread() {
+    check("tiny-deepseek-v4", None);
+}
+
+#[test]
 fn a_deep_stack_stays_finite() {
     check("tiny-qwen3", Some(32));
     check("tiny-llama", Some(32));

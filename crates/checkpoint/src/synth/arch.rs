@@ -3,13 +3,14 @@
 //! keys) and the list of tensors, named, shaped and initialised as Hugging Face stores them.
 //! Invariant: every tensor a family loads is listed, and nothing else (plumb refuses unused tensors).
 
+use super::deepseek_v4::V4Shape;
 use super::hybrid::HybridShape;
 use crate::error::CheckpointError;
 use crate::hparams::ModelConfig;
 use serde_json::{Map, Value};
 
 /// Architectures `plumb synth` writes.
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV4ForCausalLM";
 
 /// How one architecture lays out its tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub enum Arch {
     Qwen3_5Moe,
     /// Qwen3-Next: Qwen3.5-MoE's layers with fused DeltaNet projections and optional dense layers.
     Qwen3Next,
+    /// DeepSeek V4: compressed sparse attention, hyper-connections, hash-routed and scored MoE.
+    DeepseekV4,
 }
 
 impl Arch {
@@ -39,6 +42,7 @@ impl Arch {
             "Qwen3_5ForCausalLM" => (Arch::Qwen3_5, "qwen3_5_text"),
             "Qwen3_5MoeForCausalLM" => (Arch::Qwen3_5Moe, "qwen3_5_moe_text"),
             "Qwen3NextForCausalLM" => (Arch::Qwen3Next, "qwen3_next"),
+            "DeepseekV4ForCausalLM" => (Arch::DeepseekV4, "deepseek_v4"),
             _ => return None,
         })
     }
@@ -53,6 +57,20 @@ pub enum Init {
     Ones,
     /// Every element 0 (zero-centred norm weights, which multiply by `1 + w`).
     Zeros,
+    /// A hash router's token → experts table [vocab, per_token]: row t holds the distinct ids
+    /// `(7t + j) mod num_experts`, j < per_token (stored as int64).
+    ExpertIds { num_experts: usize, per_token: usize },
+}
+
+/// How a tensor is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// In the checkpoint's dtype (`--dtype`).
+    Model,
+    /// float32 whatever the dtype (parameters a checkpoint keeps in full precision).
+    F32,
+    /// int64 (index tables).
+    I64,
 }
 
 /// One tensor to write.
@@ -63,6 +81,7 @@ pub struct TensorSpec {
     /// Outermost first, as PyTorch stores it.
     pub shape: Vec<usize>,
     pub init: Init,
+    pub stored: Stored,
 }
 
 impl TensorSpec {
@@ -103,6 +122,8 @@ pub struct Shape {
     pub moe: Option<MoeShape>,
     /// The linear-attention layers of the hybrid architectures.
     pub hybrid: Option<HybridShape>,
+    /// DeepSeek V4's layer kinds, ranks and experts.
+    pub v4: Option<V4Shape>,
 }
 
 fn bad(file: &str, key: &str, why: impl Into<String>) -> CheckpointError {
@@ -150,13 +171,17 @@ impl Shape {
         let num_layers = positive(&m, file, "num_hidden_layers")?;
         let moe = match arch {
             Arch::Qwen3Moe | Arch::Qwen3_5Moe | Arch::Qwen3Next => Some(moe_shape(&m, file, num_layers)?),
-            Arch::Llama | Arch::Qwen3 | Arch::Qwen3_5 => None,
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3_5 | Arch::DeepseekV4 => None,
         };
         let hybrid = match arch {
             Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next => {
                 Some(HybridShape::parse(&m, file, num_layers, arch == Arch::Qwen3Next)?)
             }
-            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe => None,
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::DeepseekV4 => None,
+        };
+        let v4 = match arch {
+            Arch::DeepseekV4 => Some(V4Shape::parse(&m, file, num_layers)?),
+            _ => None,
         };
         let config = ModelConfig::from_hf_json(text).map_err(|e| match e {
             CheckpointError::BadConfig { key, why, .. } => CheckpointError::BadConfig { file: file.into(), key, why },
@@ -164,13 +189,16 @@ impl Shape {
         })?;
         let attention_bias = flag(&m, file, "attention_bias")?;
         let mlp_bias = arch == Arch::Llama && flag(&m, file, "mlp_bias")?;
-        Ok(Shape { arch, config, attention_bias, mlp_bias, moe, hybrid })
+        Ok(Shape { arch, config, attention_bias, mlp_bias, moe, hybrid, v4 })
     }
 
     /// Every tensor, in the order Hugging Face's `state_dict` lists them.
     pub fn tensors(&self) -> Vec<TensorSpec> {
         if let Some(hybrid) = &self.hybrid {
             return hybrid.tensors(&self.config, self.moe.as_ref());
+        }
+        if let Some(v4) = &self.v4 {
+            return v4.tensors(&self.config);
         }
         let c = &self.config;
         let (hidden, vocab) = (c.hidden_size, c.vocab_size);
@@ -222,7 +250,7 @@ impl Shape {
 }
 
 pub(crate) fn spec(name: String, shape: Vec<usize>, init: Init) -> TensorSpec {
-    TensorSpec { name, shape, init }
+    TensorSpec { name, shape, init, stored: Stored::Model }
 }
 
 /// Appends `{prefix}.{name}.weight` [rows, cols] (std 1/√cols, which keeps each projection's

@@ -56,6 +56,13 @@ pub const PRESETS: &[Preset] = &[
                 10 active",
         config: qwen3_next_1_3b,
     },
+    Preset {
+        name: "deepseek-v4-flash",
+        about: "DeepSeek-V4-Flash's backbone (transformers' DeepseekV4Config defaults: hidden 4096, 43 layers of \
+                sliding + 23 HCA / 20 CSA attention, 64 heads of 512, 256 experts of 2048, 6 active, 3 hash-routed \
+                layers, hc_mult 4, vocab 129 280; the YaRN original length 65 536 is assumed)",
+        config: deepseek_v4_flash,
+    },
     Preset { name: "tiny-llama", about: "2-layer Llama for tests (hidden 64, vocab 512)", config: tiny_llama },
     Preset {
         name: "tiny-qwen3",
@@ -66,6 +73,12 @@ pub const PRESETS: &[Preset] = &[
         name: "tiny-qwen3-moe",
         about: "3-layer Qwen3-MoE for tests (8 experts, 2 active; layer 1 dense)",
         config: tiny_qwen3_moe,
+    },
+    Preset {
+        name: "tiny-deepseek-v4",
+        about: "4-layer DeepSeek V4 for tests (sliding, CSA, HCA, CSA; hash then learned MoE; hidden 64, vocab 384): \
+                the shape of fixtures/deepseek_v4",
+        config: tiny_deepseek_v4,
     },
 ];
 
@@ -281,5 +294,141 @@ fn qwen3_next_1_3b() -> Value {
     m.insert("norm_topk_prob".into(), json!(true));
     m.insert("decoder_sparse_step".into(), json!(1));
     m.insert("mlp_only_layers".into(), json!([]));
+    c
+}
+
+/// A DeepSeek V4 config: transformers' layer pattern for `layers` (two HCA layers, then CSA and
+/// HCA alternating; the first three MoE layers hash-routed) unless `layer_types` is given.
+#[allow(clippy::too_many_arguments)]
+fn deepseek_v4(
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    head_dim: usize,
+    experts: usize,
+    active: usize,
+    moe_inter: usize,
+    vocab: usize,
+) -> Value {
+    let layer_types: Vec<&str> = (0..layers)
+        .map(|i| match i {
+            0 | 1 => "heavily_compressed_attention",
+            i if (i - 2) % 2 == 1 => "compressed_sparse_attention",
+            _ => "heavily_compressed_attention",
+        })
+        .collect();
+    let mlp_layer_types: Vec<&str> = (0..layers).map(|i| if i < 3 { "hash_moe" } else { "moe" }).collect();
+    let partial = 64.0 / head_dim as f64;
+    let mut c = json!({
+        "architectures": ["DeepseekV4ForCausalLM"],
+        "model_type": "deepseek_v4",
+        "attention_bias": false,
+        "mlp_bias": false,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 1,
+        "head_dim": head_dim,
+        "q_lora_rank": 1024,
+        "o_groups": 8,
+        "o_lora_rank": 1024,
+        "n_routed_experts": experts,
+        "num_experts_per_tok": active,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": moe_inter,
+        "norm_topk_prob": true,
+        "scoring_func": "sqrtsoftplus",
+        "routed_scaling_factor": 1.5,
+        "swiglu_limit": 10.0,
+        "hc_mult": 4,
+        "hc_sinkhorn_iters": 20,
+        "hc_eps": 1e-6,
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+        "index_topk": 512,
+        "sliding_window": 128,
+        "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
+        "layer_types": layer_types,
+        "mlp_layer_types": mlp_layer_types,
+        "vocab_size": vocab,
+    });
+    let m = c.as_object_mut().expect("an object");
+    m.insert("rope_theta".into(), json!(10000.0));
+    m.insert("compress_rope_theta".into(), json!(160000.0));
+    m.insert("partial_rotary_factor".into(), json!(partial));
+    m.insert(
+        "rope_parameters".into(),
+        json!({
+            "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": partial},
+            "compress": {
+                "rope_type": "yarn",
+                "rope_theta": 160000.0,
+                "partial_rotary_factor": partial,
+                "factor": 16.0,
+                "original_max_position_embeddings": 65536,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "attention_factor": 1.0
+            }
+        }),
+    );
+    for (key, value) in [
+        ("max_position_embeddings", json!(1_048_576)),
+        ("rms_norm_eps", json!(1e-6)),
+        ("hidden_act", json!("silu")),
+        ("initializer_range", json!(0.02)),
+        ("tie_word_embeddings", json!(false)),
+    ] {
+        m.insert(key.into(), value);
+    }
+    c
+}
+
+fn deepseek_v4_flash() -> Value {
+    deepseek_v4(4096, 43, 64, 512, 256, 6, 2048, 129_280)
+}
+
+/// fixtures/deepseek_v4's shape (written by transformers there; here by plumb synth).
+fn tiny_deepseek_v4() -> Value {
+    let mut c = deepseek_v4(64, 4, 4, 32, 8, 2, 32, 384);
+    let m = c.as_object_mut().expect("deepseek_v4() is an object");
+    for (key, value) in [
+        ("q_lora_rank", json!(32)),
+        ("o_groups", json!(2)),
+        ("o_lora_rank", json!(16)),
+        ("index_n_heads", json!(2)),
+        ("index_head_dim", json!(16)),
+        ("index_topk", json!(2)),
+        ("sliding_window", json!(8)),
+        ("swiglu_limit", json!(3.0)),
+        ("compress_rates", json!({"compressed_sparse_attention": 4, "heavily_compressed_attention": 8})),
+        (
+            "layer_types",
+            json!([
+                "sliding_attention",
+                "compressed_sparse_attention",
+                "heavily_compressed_attention",
+                "compressed_sparse_attention"
+            ]),
+        ),
+        ("mlp_layer_types", json!(["hash_moe", "moe", "moe", "moe"])),
+        ("partial_rotary_factor", json!(0.25)),
+        ("max_position_embeddings", json!(1024)),
+    ] {
+        m.insert(key.into(), value);
+    }
+    m["rope_parameters"] = json!({
+        "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        "compress": {
+            "rope_type": "yarn",
+            "rope_theta": 160000.0,
+            "partial_rotary_factor": 0.25,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": 1.0
+        }
+    });
     c
 }

@@ -116,7 +116,10 @@ impl SynthTokenizer {
     pub fn new(arch: Arch, vocab_size: usize, file: &str) -> Result<Self, CheckpointError> {
         let style = match arch {
             Arch::Llama => &LLAMA3,
-            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next => &CHATML,
+            // DeepSeek V4's own template is not in its config: a synthetic checkpoint chats in ChatML.
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3_5 | Arch::Qwen3_5Moe | Arch::Qwen3Next | Arch::DeepseekV4 => {
+                &CHATML
+            }
         };
         let least = 256 + style.specials.len();
         if vocab_size < least {

@@ -5,7 +5,7 @@
 //! Invariants: what is written passes `SafetensorsModel::open` (no holes, no overlaps, sizes match
 //! shapes); at most one batch of chunks is in memory, whatever the model's size.
 
-use super::arch::{Init, TensorSpec};
+use super::arch::{Init, Stored, TensorSpec};
 use super::rng::{Bell, CHUNK_ELEMS, Stream, name_hash};
 use crate::error::CheckpointError;
 use crate::source::Progress;
@@ -70,6 +70,24 @@ impl std::str::FromStr for SynthDtype {
     }
 }
 
+/// The float type a tensor's values are encoded in (None: an int64 table).
+fn float_type(t: &TensorSpec, dtype: SynthDtype) -> Option<SynthDtype> {
+    match t.stored {
+        Stored::Model => Some(dtype),
+        Stored::F32 => Some(SynthDtype::F32),
+        Stored::I64 => None,
+    }
+}
+
+/// Bytes per element of `t` in a checkpoint of `dtype`.
+pub fn elem_size(t: &TensorSpec, dtype: SynthDtype) -> usize {
+    float_type(t, dtype).map_or(8, SynthDtype::size)
+}
+
+fn safetensors_name(t: &TensorSpec, dtype: SynthDtype) -> &'static str {
+    float_type(t, dtype).map_or("I64", SynthDtype::safetensors_name)
+}
+
 /// One output file and the tensors it holds (indices into the tensor list).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
@@ -85,7 +103,7 @@ pub struct Shard {
 pub fn plan_shards(tensors: &[TensorSpec], dtype: SynthDtype, max_bytes: u64) -> Vec<Shard> {
     let mut shards: Vec<Shard> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
-        let size = t.num_elems() * dtype.size() as u64;
+        let size = t.num_elems() * elem_size(t, dtype) as u64;
         match shards.last_mut() {
             Some(s) if s.bytes + size <= max_bytes || s.tensors.is_empty() => {
                 s.tensors.push(i);
@@ -111,10 +129,10 @@ fn header(shard: &Shard, tensors: &[TensorSpec], dtype: SynthDtype) -> Vec<u8> {
     let mut offset = 0u64;
     for &i in &shard.tensors {
         let t = &tensors[i];
-        let end = offset + t.num_elems() * dtype.size() as u64;
+        let end = offset + t.num_elems() * elem_size(t, dtype) as u64;
         h.insert(
             t.name.clone(),
-            json!({"dtype": dtype.safetensors_name(), "shape": t.shape, "data_offsets": [offset, end]}),
+            json!({"dtype": safetensors_name(t, dtype), "shape": t.shape, "data_offsets": [offset, end]}),
         );
         offset = end;
     }
@@ -146,10 +164,10 @@ pub fn write_shard(
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     out.write_all(&header(shard, tensors, dtype)).map_err(io)?;
     progress.start(&format!("writing {}", shard.file), Some(shard.bytes));
-    let size = dtype.size();
     let mut buf = Vec::new();
     for &i in &shard.tensors {
         let t = &tensors[i];
+        let size = elem_size(t, dtype);
         let hash = name_hash(&t.name);
         let num_chunks = (t.num_elems() as usize).div_ceil(CHUNK_ELEMS);
         let batch = threads.max(1) * CHUNKS_PER_THREAD;
@@ -157,7 +175,7 @@ pub fn write_shard(
             let elems =
                 ((first + batch).min(num_chunks) * CHUNK_ELEMS).min(t.num_elems() as usize) - first * CHUNK_ELEMS;
             buf.resize(elems * size, 0);
-            fill(&mut buf, t.init, dtype, seed, hash, first, threads);
+            fill(&mut buf, t.init, float_type(t, dtype), seed, hash, first, threads);
             out.write_all(&buf).map_err(io)?;
             progress.advance(buf.len() as u64);
         }
@@ -167,18 +185,35 @@ pub fn write_shard(
     Ok(())
 }
 
-/// Fills `buf` with the chunks from `first_chunk` on, the chunks split over `threads` threads.
-fn fill(buf: &mut [u8], init: Init, dtype: SynthDtype, seed: u64, hash: u64, first_chunk: usize, threads: usize) {
-    let size = dtype.size();
+/// Fills `buf` with the chunks from `first_chunk` on, the chunks split over `threads` threads;
+/// `float` is the encoding (None: int64 ids).
+fn fill(
+    buf: &mut [u8],
+    init: Init,
+    float: Option<SynthDtype>,
+    seed: u64,
+    hash: u64,
+    first_chunk: usize,
+    threads: usize,
+) {
+    let size = float.map_or(8, SynthDtype::size);
     let chunk_bytes = CHUNK_ELEMS * size;
-    let fill_chunk = |chunk_idx: usize, bytes: &mut [u8]| match init {
-        Init::Ones => {
+    let fill_chunk = |chunk_idx: usize, bytes: &mut [u8]| match (init, float) {
+        (Init::ExpertIds { num_experts, per_token }, _) => {
+            for (k, b) in bytes.chunks_exact_mut(8).enumerate() {
+                let at = chunk_idx * CHUNK_ELEMS + k;
+                let id = (7 * (at / per_token) + at % per_token) % num_experts;
+                b.copy_from_slice(&(id as i64).to_le_bytes());
+            }
+        }
+        (_, None) => panic!("an int64 tensor holds expert ids only"),
+        (Init::Ones, Some(dtype)) => {
             let mut one = [0u8; 4];
             dtype.encode(1.0, &mut one[..size]);
             bytes.chunks_exact_mut(size).for_each(|b| b.copy_from_slice(&one[..size]));
         }
-        Init::Zeros => bytes.fill(0),
-        Init::Random { std } => {
+        (Init::Zeros, Some(_)) => bytes.fill(0),
+        (Init::Random { std }, Some(dtype)) => {
             let bell = Bell::with_std(std);
             let mut s = Stream::for_chunk(seed, hash, chunk_idx as u64);
             bytes.chunks_exact_mut(size).for_each(|b| dtype.encode(s.bell(&bell), b));
