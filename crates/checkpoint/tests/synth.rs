@@ -139,7 +139,11 @@ fn the_deepseek_v4_presets_hold_the_tensors_transformers_writes() {
     assert_eq!(shape("model.layers.3.attn.indexer.wq_b.weight"), Some(vec![64 * 128, 1024]), "layer 3 is CSA");
     assert_eq!(shape("model.layers.2.attn.compressor.ape"), Some(vec![128, 512]), "layer 2 is HCA");
     assert_eq!(shape("model.layers.42.ffn.experts.255.w2.weight"), Some(vec![4096, 2048]));
-    eprintln!("deepseek-v4-flash: {} parameters", flash.num_params());
+    assert_eq!(flash.num_params(), 284_328_206_295);
+    let small = SynthPlan::preset("deepseek-v4-1.6b", SynthOptions::default()).unwrap();
+    let b = small.num_params() as f64 / 1e9;
+    assert!((1.0..2.0).contains(&b), "deepseek-v4-1.6b: {b} B parameters");
+    eprintln!("deepseek-v4-flash: {} parameters; deepseek-v4-1.6b: {b:.3} B", flash.num_params());
 }
 
 #[test]

@@ -63,6 +63,13 @@ pub const PRESETS: &[Preset] = &[
                 layers, hc_mult 4, vocab 129 280; the YaRN original length 65 536 is assumed)",
         config: deepseek_v4_flash,
     },
+    Preset {
+        name: "deepseek-v4-1.6b",
+        about: "DeepSeek V4 shape of 1.6 B for CPU benchmarks: V4-Flash's head geometry (heads of 512 with RoPE on \
+                64, one K = V head, sliding window 128, CSA ratio 4 with a 64 × 128 indexer, HCA ratio 128, hc_mult \
+                4, vocab 129 280) at hidden 1024 with 12 layers, 16 heads, and 128 experts of 256, 6 active",
+        config: deepseek_v4_1_6b,
+    },
     Preset { name: "tiny-llama", about: "2-layer Llama for tests (hidden 64, vocab 512)", config: tiny_llama },
     Preset {
         name: "tiny-qwen3",
@@ -386,6 +393,15 @@ fn deepseek_v4(
 
 fn deepseek_v4_flash() -> Value {
     deepseek_v4(4096, 43, 64, 512, 256, 6, 2048, 129_280)
+}
+
+fn deepseek_v4_1_6b() -> Value {
+    let mut c = deepseek_v4(1024, 12, 16, 512, 128, 6, 256, 129_280);
+    let m = c.as_object_mut().expect("deepseek_v4() is an object");
+    for (key, value) in [("q_lora_rank", json!(512)), ("o_groups", json!(4)), ("o_lora_rank", json!(256))] {
+        m.insert(key.into(), value);
+    }
+    c
 }
 
 /// fixtures/deepseek_v4's shape (written by transformers there; here by plumb synth).
