@@ -6,7 +6,7 @@
 //! and the entries it may see, never of the batch. The grouped output projection is one `linear`
 //! launch of the groups' products, each as `linear` computes it.
 
-use crate::scored_moe::{dense, descending};
+use crate::scored_moe::descending;
 use crate::{CpuBackend, CpuTensor, CpuWeight, SharedOut};
 use plumb_core::{CompressedAttentionOps, Compression, LinearOps};
 
@@ -105,7 +105,7 @@ impl CompressedAttentionOps for CpuBackend {
         c: Compression,
         out: &mut CpuTensor,
     ) {
-        let norm = dense(norm, "compressor norm");
+        let norm = norm.vector();
         let (m, d) = (c.ratio, norm.len());
         let series = if c.overlap { 2 } else { 1 };
         assert!(m > 0 && kv.rows.is_multiple_of(m), "compress_kv: {} rows are not whole windows of {m}", kv.rows);
@@ -205,7 +205,7 @@ impl CompressedAttentionOps for CpuBackend {
         scale: f64,
         out: &mut CpuTensor,
     ) {
-        let sinks = dense(sinks, "attention sinks");
+        let sinks = sinks.vector();
         let (d, heads) = (kv.cols, sinks.len());
         assert_eq!((q.cols, out.rows, out.cols, windows.len()), (heads * d, q.rows, q.cols, q.rows), "sink_attention");
         assert!(q.rows == 0 || entry_ids.len().is_multiple_of(q.rows), "sink_attention: entry ids per row");

@@ -33,10 +33,6 @@ fn l2_normalize(x: &[f32], out: &mut [f32]) {
     }
 }
 
-fn dense(w: &CpuWeight) -> &[f32] {
-    w.dense.as_deref().unwrap_or_else(|| panic!("`{}` must be a vector", w.name))
-}
-
 /// One value head's delta-rule step. s: [dk, dv]; q is already scaled.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -69,7 +65,7 @@ fn delta_step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], decay: f32, beta: 
 
 impl GatedDeltaOps for CpuBackend {
     fn rms_norm_1p(&self, x: &CpuTensor, weight: &CpuWeight, eps: f64, out: &mut CpuTensor) {
-        let w = dense(weight);
+        let w = weight.vector();
         assert!(!w.is_empty() && x.cols.is_multiple_of(w.len()), "rms_norm_1p `{}`: shape mismatch", weight.name);
         assert_eq!((out.rows, out.cols), (x.rows, x.cols), "rms_norm_1p `{}`: shape mismatch", weight.name);
         // (1 + w) rounded to float32 once, as transformers computes it.
@@ -78,7 +74,7 @@ impl GatedDeltaOps for CpuBackend {
     }
 
     fn rms_norm_gated(&self, x: &CpuTensor, z: &CpuTensor, weight: &CpuWeight, eps: f64, out: &mut CpuTensor) {
-        let w = dense(weight);
+        let w = weight.vector();
         assert!(!w.is_empty() && x.cols.is_multiple_of(w.len()), "rms_norm_gated `{}`: shape mismatch", weight.name);
         assert_eq!((z.rows, z.cols, out.rows, out.cols), (x.rows, x.cols, x.rows, x.cols), "rms_norm_gated: shapes");
         elementwise::rms_norm_rows(self.isa, &x.data, w, eps as f32, &mut out.data);
@@ -108,7 +104,7 @@ impl GatedDeltaOps for CpuBackend {
         g: &mut CpuTensor,
         beta: &mut CpuTensor,
     ) {
-        let (a_log, dt_bias) = (dense(a_log), dense(dt_bias));
+        let (a_log, dt_bias) = (a_log.vector(), dt_bias.vector());
         let h = a_log.len();
         assert!(dt_bias.len() == h && a.cols == h && b.cols == h && g.cols == h && beta.cols == h, "gdn_gates");
         for i in 0..a.data.len() {
@@ -127,7 +123,7 @@ impl GatedDeltaOps for CpuBackend {
         batch: &ForwardBatch,
         out: &mut CpuTensor,
     ) {
-        let w = dense(weight);
+        let w = weight.vector();
         let c = x.cols;
         assert!(c > 0 && w.len().is_multiple_of(c), "conv1d_silu `{}`: {} taps for {c} channels", weight.name, w.len());
         let taps = w.len() / c;

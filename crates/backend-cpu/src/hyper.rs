@@ -4,7 +4,6 @@
 //! re-expansion follow the reference's order of operations (backend-ref's hyper.rs) in float32.
 //! Every output row depends on its own row alone.
 
-use crate::scored_moe::dense;
 use crate::{CpuBackend, CpuTensor, CpuWeight, SharedOut};
 use plumb_core::{HcSpec, HyperConnectionOps, LinearOps};
 
@@ -36,6 +35,11 @@ impl CpuBackend {
         self.linear(&xn, fn_w, &mut m);
         m
     }
+}
+
+/// The collapse weights `σ(m_i · scale + base_i) + eps`.
+fn pre_weights(m: &[f32], scale: f32, base: &[f32], eps: f32) -> Vec<f32> {
+    m.iter().zip(base).map(|(&m, &b)| sigmoid(m * scale + b) + eps).collect()
 }
 
 /// out = Σ_i weights[i] · stream_i (i ascending), streams of `out.len()` each.
@@ -98,7 +102,7 @@ impl HyperConnectionOps for CpuBackend {
     ) {
         let n = hc.num_streams;
         let hidden = collapsed.cols;
-        let (base, scale) = (dense(base, "hc base"), dense(scale, "hc scale"));
+        let (base, scale) = (base.vector(), scale.vector());
         assert_eq!(streams.cols, n * hidden, "hc_pre: streams width");
         assert_eq!((fn_w.rows, base.len(), scale.len()), ((2 + n) * n, (2 + n) * n, 3), "hc_pre: parameter shapes");
         assert_eq!((post.cols, comb.cols), (n, n * n), "hc_pre: output widths");
@@ -112,7 +116,7 @@ impl HyperConnectionOps for CpuBackend {
         self.par_rows(rows, &|r| {
             for row in r {
                 let m = &m.data[row * m.cols..(row + 1) * m.cols];
-                let pre: Vec<f32> = (0..n).map(|i| sigmoid(m[i] * s_pre + base[i]) + eps).collect();
+                let pre = pre_weights(&m[..n], s_pre, &base[..n], eps);
                 // SAFETY: threads get disjoint rows of each output; the outputs outlive the call.
                 let (p, c, o) = unsafe {
                     (post_o.part(row * n, n), comb_o.part(row * n * n, n * n), coll_o.part(row * hidden, hidden))
@@ -163,7 +167,7 @@ impl HyperConnectionOps for CpuBackend {
         out: &mut CpuTensor,
     ) {
         let (n, hidden) = (hc.num_streams, out.cols);
-        let (base, scale) = (dense(base, "hc base"), dense(scale, "hc scale"));
+        let (base, scale) = (base.vector(), scale.vector());
         assert_eq!((streams.cols, fn_w.rows, base.len(), scale.len()), (n * hidden, n, n, 1), "hc_head: shapes");
         let m = self.normed_mix(streams, fn_w, hc.norm_eps);
         let eps = hc.hc_eps as f32;
@@ -171,7 +175,7 @@ impl HyperConnectionOps for CpuBackend {
         self.par_rows(streams.rows, &|r| {
             for row in r {
                 let m = &m.data[row * n..(row + 1) * n];
-                let pre: Vec<f32> = (0..n).map(|i| sigmoid(m[i] * scale[0] + base[i]) + eps).collect();
+                let pre = pre_weights(m, scale[0], base, eps);
                 // SAFETY: threads get disjoint rows; `out` outlives the call.
                 let o = unsafe { shared.part(row * hidden, hidden) };
                 collapse(&streams.data[row * n * hidden..(row + 1) * n * hidden], &pre, o);

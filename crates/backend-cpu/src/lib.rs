@@ -93,6 +93,11 @@ pub struct CpuWeight {
 }
 
 impl CpuWeight {
+    /// The values of a vector weight (norms, biases, sinks: kept dequantized at load).
+    pub(crate) fn vector(&self) -> &[f32] {
+        self.dense.as_deref().unwrap_or_else(|| panic!("`{}` must be a vector", self.name))
+    }
+
     fn row_bytes(&self, row: usize) -> &[u8] {
         &self.bytes[row * self.row_bytes..(row + 1) * self.row_bytes]
     }

@@ -30,10 +30,6 @@ fn route_weights(scores: &[f32], chosen: &[usize], scaling: f32, out: &mut [f32]
     }
 }
 
-pub(crate) fn dense<'a>(w: &'a CpuWeight, what: &str) -> &'a [f32] {
-    w.dense.as_deref().unwrap_or_else(|| panic!("{what} `{}` must be a vector", w.name))
-}
-
 impl ScoredMoeOps for CpuBackend {
     fn sqrt_softplus_topk(
         &self,
@@ -44,7 +40,7 @@ impl ScoredMoeOps for CpuBackend {
         weights: &mut CpuTensor,
     ) -> Vec<u32> {
         let e = logits.cols;
-        let bias = dense(bias, "router bias");
+        let bias = bias.vector();
         assert!((1..=e).contains(&k) && bias.len() == e, "sqrt_softplus_topk: k = {k} of {e} experts");
         assert_eq!((weights.rows, weights.cols), (logits.rows, k), "sqrt_softplus_topk: weights shape");
         let mut ids = Vec::with_capacity(logits.rows * k);

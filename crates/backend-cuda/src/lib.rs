@@ -14,6 +14,7 @@
 
 mod compile;
 mod graph;
+mod kernel_set;
 mod kv;
 mod launch;
 mod ops;
@@ -28,6 +29,7 @@ pub use kv::CudaKvCache;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
+use kernel_set::{KV_STORES, default_kv_store, kernel_names, resident_blocks, store_code, type_suffix};
 use plumb_core::{
     Backend, BackendError, ForwardBatch, GgmlType, KvSpec, KvStore, LinearInputs, LogprobRow, PickRow, Picked, Shape,
     TokenLogprobs, WeightSource,
@@ -157,96 +159,8 @@ pub struct CudaBackend {
     pub(crate) bytes_read: AtomicU64,
 }
 
-/// A decode kernel's resident blocks on the whole device for 1..=8 groups of 8 rows (SMs ×
-/// blocks per SM at its shared memory and registers), for `name` launched with `threads`; all
-/// None under `PLUMB_CUDA_DECODE_SPLIT=fixed`.
-fn resident_blocks(
-    ctx: &CudaContext,
-    kernels: &HashMap<String, CudaFunction>,
-    name: &str,
-    threads: u32,
-) -> Result<[Option<usize>; 8], CudaError> {
-    if std::env::var("PLUMB_CUDA_DECODE_SPLIT").is_ok_and(|v| v == "fixed") {
-        return Ok([None; 8]);
-    }
-    use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
-    let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
-    let f = &kernels[name];
-    let mut slots = [None; 8];
-    for (g, s) in slots.iter_mut().enumerate() {
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(threads, ops::decode_smem(g + 1), None)
-            .map_err(driver("reading the decode kernel's occupancy"))?;
-        *s = Some(sms * per_sm.max(1) as usize);
-    }
-    Ok(slots)
-}
-
-/// Formats with kernels: every format plumb dequantizes exactly.
-fn type_suffix(ty: GgmlType) -> Option<&'static str> {
-    use GgmlType::*;
-    Some(match ty {
-        F32 => "f32",
-        F16 => "f16",
-        BF16 => "bf16",
-        Q4_0 => "q4_0",
-        Q4_1 => "q4_1",
-        Q5_0 => "q5_0",
-        Q5_1 => "q5_1",
-        Q8_0 => "q8_0",
-        Q2_K => "q2_k",
-        Q3_K => "q3_k",
-        Q4_K => "q4_k",
-        Q5_K => "q5_k",
-        Q6_K => "q6_k",
-        _ => return None,
-    })
-}
-
 /// Feature tiles of 64 the decode kernel can count arrivals for: weights up to 4M features.
 const DECODE_COUNTERS: usize = 1 << 16;
-
-/// The K/V element types the kernels store and read.
-const KV_STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
-
-/// Every kernel the module defines.
-fn kernel_names() -> Vec<String> {
-    let mut names: Vec<String> = [
-        "rms_norm",
-        "add",
-        "add_bias",
-        "silu_mul",
-        "rope",
-        "rope_rotate_half",
-        "gather_rows",
-        "write_kv_f32",
-        "write_kv_f16",
-        "write_kv_bf16",
-        "round_bf16",
-        "linear_wgmma_bf16",
-        "linear_mma_decode_bf16",
-        "linear_mma_decode_wide_bf16",
-        "embed_bf16_kperm",
-        "apply_logit_edits",
-        "pick_argmax",
-        "pick_top_k",
-        "row_logprobs",
-    ]
-    .map(String::from)
-    .into();
-    for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
-        for store in KV_STORES {
-            names.push(format!("attention_{head_dim}_{}", store.name()));
-        }
-    }
-    for ty in GgmlType::DEQUANTIZABLE {
-        let s = type_suffix(ty).expect("every dequantizable type has kernels");
-        names.push(format!("linear_{s}"));
-        names.push(format!("linear_split_{s}"));
-        names.push(format!("embed_{s}"));
-    }
-    names
-}
 
 impl CudaBackend {
     /// The backend on device `ordinal`: loads the driver and NVRTC, creates the context, and
@@ -544,24 +458,6 @@ impl Drop for CudaBackend {
         if let Ok(mut st) = self.state.lock() {
             st.graphs = graph::Graphs::default();
         }
-    }
-}
-
-fn store_code(store: KvStore) -> u8 {
-    KV_STORES.iter().position(|&s| s == store).expect("every store has kernels") as u8
-}
-
-/// The KV store of a new backend: f32, or what `PLUMB_CUDA_KV` names (`f32`, `f16`, `bf16`; a
-/// 16-bit store halves the bytes of every attended position, at a rounding the gate's floor
-/// includes).
-fn default_kv_store() -> Result<KvStore, CudaError> {
-    match std::env::var("PLUMB_CUDA_KV") {
-        Ok(v) => KvStore::parse(&v).ok_or(CudaError::BadSetting {
-            name: "PLUMB_CUDA_KV",
-            value: v,
-            expected: "f32, f16 or bf16",
-        }),
-        Err(_) => Ok(KvStore::F32),
     }
 }
 

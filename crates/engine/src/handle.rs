@@ -252,11 +252,7 @@ fn run<B: FullBackend>(mut engine: Engine<B>, commands: Receiver<Command>, share
                 }
             }
             Err(panic) => {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a step panicked".into());
+                let why = panic_message(panic.as_ref()).unwrap_or_else(|| "a step panicked".into());
                 for (id, tx) in streams.drain() {
                     engine.abort(id);
                     let _ = tx.send(Event::Failed(EngineError::Internal(why.clone())));
@@ -272,4 +268,9 @@ fn run<B: FullBackend>(mut engine: Engine<B>, commands: Receiver<Command>, share
 fn publish<B: FullBackend>(shared: &Shared, engine: &Engine<B>, stats: &EngineStats) {
     let mut s = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
     *s = EngineStats { scheduler: engine.stats(), drafts: engine.draft_stats(), ..stats.clone() };
+}
+
+/// The message a panic carried (`panic!` with a format or a literal), if any.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
 }

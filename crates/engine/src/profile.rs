@@ -60,11 +60,7 @@ pub fn profile<B: FullBackend>(
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(_) => Ok(()),
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "the step failed".into());
+            let why = crate::handle::panic_message(panic.as_ref()).unwrap_or_else(|| "the step failed".into());
             Err(EngineError::Backend(format!(
                 "the largest step ({} tokens over {} lanes, a logits row each) does not fit on {} beside the \
                  weights and the KV cache: {why}; ask for fewer KV tokens, a smaller step token budget or fewer lanes",
