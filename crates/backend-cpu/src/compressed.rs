@@ -7,7 +7,7 @@
 //! launch of the groups' products, each as `linear` computes it.
 
 use crate::scored_moe::descending;
-use crate::{CpuBackend, CpuTensor, CpuWeight, SharedOut};
+use crate::{CpuBackend, CpuKvCache, CpuTensor, CpuWeight, SharedOut};
 use plumb_core::{CompressedAttentionOps, Compression, LinearOps};
 
 /// Σ a_i·b_i: 16 running lane sums (element i into lane i % 16), then a pairwise tree.
@@ -250,6 +250,16 @@ impl CompressedAttentionOps for CpuBackend {
                 }
             }
         });
+    }
+
+    fn write_paged_rows(&self, kv: &mut CpuKvCache, first_layer: usize, col: usize, slots: &[u32], src: &CpuTensor) {
+        assert_eq!(src.rows, slots.len(), "write_paged_rows: a row per slot");
+        kv.write_rows(first_layer, col, slots, &src.data);
+    }
+
+    fn read_paged_rows(&self, kv: &CpuKvCache, first_layer: usize, col: usize, slots: &[u32], out: &mut CpuTensor) {
+        assert_eq!(out.rows, slots.len(), "read_paged_rows: a row per slot");
+        kv.read_rows(first_layer, col, slots, &mut out.data);
     }
 
     fn grouped_linear(&self, x: &CpuTensor, w: &CpuWeight, groups: usize, out: &mut CpuTensor) {

@@ -14,6 +14,8 @@ pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
     fn store(x: f32) -> Self;
     /// The f32 values of `row[at..at + 16]` (exact widening).
     fn vec<S: F32x16>(row: &[Self], at: usize) -> S;
+    /// One value as f32 (exact widening).
+    fn load(self) -> f32;
 }
 
 impl KvElem for f32 {
@@ -24,6 +26,10 @@ impl KvElem for f32 {
     #[inline(always)]
     fn vec<S: F32x16>(row: &[f32], at: usize) -> S {
         S::load(&row[at..])
+    }
+    #[inline(always)]
+    fn load(self) -> f32 {
+        self
     }
 }
 
@@ -56,6 +62,10 @@ impl KvElem for F16 {
     fn vec<S: F32x16>(row: &[F16], at: usize) -> S {
         S::from_f16(bytes_of(row, at))
     }
+    #[inline(always)]
+    fn load(self) -> f32 {
+        half::f16::from_bits(self.0).to_f32()
+    }
 }
 
 impl KvElem for Bf16 {
@@ -66,6 +76,10 @@ impl KvElem for Bf16 {
     #[inline(always)]
     fn vec<S: F32x16>(row: &[Bf16], at: usize) -> S {
         S::from_bf16(bytes_of(row, at))
+    }
+    #[inline(always)]
+    fn load(self) -> f32 {
+        half::bf16::from_bits(self.0).to_f32()
     }
 }
 
@@ -99,6 +113,39 @@ impl<E: KvElem> Planes<E> {
                 }
                 for (dst, &x) in self.v[layer][at..at + hd].iter_mut().zip(&v[src..src + hd]) {
                     *dst = E::store(x);
+                }
+            }
+        }
+    }
+}
+
+impl<E: KvElem> Planes<E> {
+    /// Columns `col ..` of the paged rows (`plumb_core::paged_segments`) at `slots` := `src`'s
+    /// rows ([slots.len(), w]), each value stored as `E`. One KV head.
+    fn write_rows(&mut self, spec: &KvSpec, first: usize, col: usize, slots: &[u32], src: &[f32]) {
+        let w = src.len() / slots.len().max(1);
+        let hd = spec.head_dim;
+        for s in plumb_core::paged_segments(first, hd, col, w) {
+            let plane = if s.v { &mut self.v[s.layer] } else { &mut self.k[s.layer] };
+            for (r, &slot) in slots.iter().enumerate() {
+                let at = slot as usize * hd + s.offset;
+                for (dst, &x) in plane[at..at + s.len].iter_mut().zip(&src[r * w + s.from..]) {
+                    *dst = E::store(x);
+                }
+            }
+        }
+    }
+
+    /// `out`'s rows ([slots.len(), w]) := columns `col ..` of the paged rows at `slots`.
+    fn read_rows(&self, spec: &KvSpec, first: usize, col: usize, slots: &[u32], out: &mut [f32]) {
+        let w = out.len() / slots.len().max(1);
+        let hd = spec.head_dim;
+        for s in plumb_core::paged_segments(first, hd, col, w) {
+            let plane = if s.v { &self.v[s.layer] } else { &self.k[s.layer] };
+            for (r, &slot) in slots.iter().enumerate() {
+                let at = slot as usize * hd + s.offset;
+                for (dst, &x) in out[r * w + s.from..r * w + s.from + s.len].iter_mut().zip(&plane[at..at + s.len]) {
+                    *dst = x.load();
                 }
             }
         }
@@ -166,6 +213,30 @@ impl CpuKvCache {
             KvPlanes::F32(p) => p.write(&spec, layer, k, v, slot_mapping),
             KvPlanes::F16(p) => p.write(&spec, layer, k, v, slot_mapping),
             KvPlanes::Bf16(p) => p.write(&spec, layer, k, v, slot_mapping),
+        }
+    }
+}
+
+impl CpuKvCache {
+    /// Paged rows of a model's own layout (`CompressedAttentionOps::write_paged_rows`).
+    pub fn write_rows(&mut self, first: usize, col: usize, slots: &[u32], src: &[f32]) {
+        assert_eq!(self.spec.num_kv_heads, 1, "paged rows live in a one-head cache");
+        assert!(src.len() == slots.len() * (src.len() / slots.len().max(1)), "paged rows: ragged source");
+        let spec = self.spec;
+        match &mut self.planes {
+            KvPlanes::F32(p) => p.write_rows(&spec, first, col, slots, src),
+            KvPlanes::F16(p) => p.write_rows(&spec, first, col, slots, src),
+            KvPlanes::Bf16(p) => p.write_rows(&spec, first, col, slots, src),
+        }
+    }
+
+    /// Paged rows of a model's own layout (`CompressedAttentionOps::read_paged_rows`).
+    pub fn read_rows(&self, first: usize, col: usize, slots: &[u32], out: &mut [f32]) {
+        assert_eq!(self.spec.num_kv_heads, 1, "paged rows live in a one-head cache");
+        match &self.planes {
+            KvPlanes::F32(p) => p.read_rows(&self.spec, first, col, slots, out),
+            KvPlanes::F16(p) => p.read_rows(&self.spec, first, col, slots, out),
+            KvPlanes::Bf16(p) => p.read_rows(&self.spec, first, col, slots, out),
         }
     }
 }

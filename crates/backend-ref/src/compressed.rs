@@ -2,8 +2,8 @@
 //! every softmax subtracts its maximum, every sum runs in ascending index order, and the
 //! indexer's top-k is a full stable sort, so ties go to the lower entry id.
 
-use crate::{RefBackend, RefFloat, RefTensor, dot};
-use plumb_core::{CompressedAttentionOps, Compression};
+use crate::{RefBackend, RefFloat, RefKvCache, RefTensor, dot};
+use plumb_core::{CompressedAttentionOps, Compression, KvStore, paged_segments};
 use std::cmp::Ordering;
 
 /// 1 / sqrt(mean(x²) + eps).
@@ -184,6 +184,51 @@ impl<T: RefFloat> CompressedAttentionOps for RefBackend<T> {
                         *o = *o + p * v;
                     }
                 }
+            }
+        }
+    }
+
+    fn write_paged_rows(
+        &self,
+        kv: &mut RefKvCache<T>,
+        first_layer: usize,
+        col: usize,
+        slots: &[u32],
+        src: &RefTensor<T>,
+    ) {
+        assert_eq!((kv.spec.num_kv_heads, src.rows), (1, slots.len()), "write_paged_rows: one head, a row per slot");
+        let (w, hd) = (src.cols, kv.spec.head_dim);
+        // A declared 16-bit store keeps each value's rounding of its f32 form, as `write_kv` does.
+        let store = |x: T| match self.kv_store {
+            KvStore::F32 => x,
+            s => T::from_f64(s.round(x.to_f64() as f32) as f64),
+        };
+        for s in paged_segments(first_layer, hd, col, w) {
+            let plane = if s.v { &mut kv.v[s.layer] } else { &mut kv.k[s.layer] };
+            for (r, &slot) in slots.iter().enumerate() {
+                let at = slot as usize * hd + s.offset;
+                for (dst, &x) in plane[at..at + s.len].iter_mut().zip(&src.data[r * w + s.from..]) {
+                    *dst = store(x);
+                }
+            }
+        }
+    }
+
+    fn read_paged_rows(
+        &self,
+        kv: &RefKvCache<T>,
+        first_layer: usize,
+        col: usize,
+        slots: &[u32],
+        out: &mut RefTensor<T>,
+    ) {
+        assert_eq!((kv.spec.num_kv_heads, out.rows), (1, slots.len()), "read_paged_rows: one head, a row per slot");
+        let (w, hd) = (out.cols, kv.spec.head_dim);
+        for s in paged_segments(first_layer, hd, col, w) {
+            let plane = if s.v { &kv.v[s.layer] } else { &kv.k[s.layer] };
+            for (r, &slot) in slots.iter().enumerate() {
+                let at = slot as usize * hd + s.offset;
+                out.data[r * w + s.from..r * w + s.from + s.len].copy_from_slice(&plane[at..at + s.len]);
             }
         }
     }

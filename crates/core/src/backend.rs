@@ -14,7 +14,7 @@ use crate::pick::{PickRow, Picked};
 mod deepseek_v4;
 pub use deepseek_v4::{
     COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
-    SCORED_MOE_OPS, ScoredMoeOps,
+    PagedSegment, SCORED_MOE_OPS, ScoredMoeOps, paged_segments,
 };
 
 /// A weight as stored in a checkpoint: `rows` outputs of `cols` inputs, in type `ty`.

@@ -94,10 +94,61 @@ pub trait CompressedAttentionOps: Backend {
         scale: f64,
         out: &mut Self::Tensor,
     );
+    /// Stores `src`'s rows ([slots.len(), w]) at columns `col .. col + w` of the paged rows
+    /// (`paged_segments`) of the KV layers from `first_layer`, at `slots` (KV slots, as
+    /// `ForwardBatch::slot` gives), each value rounded as the cache stores K and V
+    /// (`Backend::kv_store`). The cache must have one KV head.
+    fn write_paged_rows(
+        &self,
+        kv: &mut Self::KvCache,
+        first_layer: usize,
+        col: usize,
+        slots: &[u32],
+        src: &Self::Tensor,
+    );
+    /// `out` ([slots.len(), w]) := columns `col .. col + w` of the paged rows at `slots`, exactly
+    /// as stored (the inverse of `write_paged_rows`, up to the store's rounding).
+    fn read_paged_rows(
+        &self,
+        kv: &Self::KvCache,
+        first_layer: usize,
+        col: usize,
+        slots: &[u32],
+        out: &mut Self::Tensor,
+    );
     /// Block-diagonal product: group g of x's columns (K = x.cols() / groups each) times rows
     /// g·R .. (g + 1)·R of w (R = w.rows() / groups). x: [n, groups · K]; w: [groups · R, K];
     /// out: [n, groups · R].
     fn grouped_linear(&self, x: &Self::Tensor, w: &Self::Weight, groups: usize, out: &mut Self::Tensor);
+}
+
+/// A piece of a paged row (`paged_segments`): `len` columns of KV layer `layer`'s K (or V)
+/// plane from column `offset` of its head, holding the row's columns `from .. from + len`
+/// counted from the first column asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagedSegment {
+    pub layer: usize,
+    pub v: bool,
+    pub offset: usize,
+    pub from: usize,
+    pub len: usize,
+}
+
+/// A model that keeps rows of its own layout in the paged KV cache (DeepSeek V4: raw K,
+/// compressor rows and compressed entries per position) reads KV layers `first_layer ..` of a
+/// one-head cache as one row per slot: K then V of each layer in turn, `head_dim` columns each.
+/// The pieces of columns `col .. col + width` of that row, in column order.
+pub fn paged_segments(first_layer: usize, head_dim: usize, col: usize, width: usize) -> Vec<PagedSegment> {
+    assert!(head_dim > 0, "paged rows of a zero-width head");
+    let mut out = Vec::new();
+    let mut at = col;
+    while at < col + width {
+        let (plane, offset) = (at / head_dim, at % head_dim);
+        let len = (head_dim - offset).min(col + width - at);
+        out.push(PagedSegment { layer: first_layer + plane / 2, v: plane % 2 == 1, offset, from: at - col, len });
+        at += len;
+    }
+    out
 }
 
 /// Geometry and constants of manifold-constrained hyper-connections.
@@ -183,11 +234,32 @@ pub trait ScoredMoeOps: Backend {
 
 /// The ops of `CompressedAttentionOps`; a backend whose `compressed_attention_ops` is `Some`
 /// must pass a conformance case for each.
-pub const COMPRESSED_ATTENTION_OPS: [&str; 6] =
-    ["rms_norm_unweighted", "rope_tail_interleaved", "compress_kv", "indexer_topk", "sink_attention", "grouped_linear"];
+pub const COMPRESSED_ATTENTION_OPS: [&str; 7] = [
+    "rms_norm_unweighted",
+    "rope_tail_interleaved",
+    "compress_kv",
+    "indexer_topk",
+    "sink_attention",
+    "grouped_linear",
+    "paged_rows",
+];
 
 /// The ops of `HyperConnectionOps` (conformance as above).
 pub const HYPER_CONNECTION_OPS: [&str; 3] = ["hc_pre", "hc_post", "hc_head"];
 
 /// The ops of `ScoredMoeOps` (conformance as above).
 pub const SCORED_MOE_OPS: [&str; 3] = ["sqrt_softplus_topk", "hash_route_weights", "clamped_swiglu"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paged_segments_walk_k_then_v_of_each_layer() {
+        let seg = |layer, v, offset, from, len| PagedSegment { layer, v, offset, from, len };
+        // head_dim 4: columns 0..4 are layer 2's K, 4..8 its V, 8..12 layer 3's K.
+        assert_eq!(paged_segments(2, 4, 0, 4), [seg(2, false, 0, 0, 4)]);
+        assert_eq!(paged_segments(2, 4, 3, 7), [seg(2, false, 3, 0, 1), seg(2, true, 0, 1, 4), seg(3, false, 0, 5, 2)]);
+        assert!(paged_segments(0, 4, 5, 0).is_empty());
+    }
+}

@@ -151,6 +151,7 @@ fn compressed_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Compressed<'_, B>, rng
         &mut want,
     );
     out.push(nrms_case(p, "sink_attention", "3 heads x 64, windows and entries".into(), &got, &want));
+    paged_rows_case(p, ops, rng, out);
     // Grouped projection: 4 groups of 64 inputs to 32 outputs, in every format the backend has.
     let (groups, k, r) = (4, 64, 32);
     for ty in [GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0].into_iter().filter(|t| p.b.supports(*t)) {
@@ -186,6 +187,41 @@ fn compressed_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Compressed<'_, B>, rng
             written,
         ));
     }
+}
+
+/// Paged rows: two fields written at scattered slots across K/V planes and KV layers (a
+/// 40-wide field from column 5 of 16-wide heads), read back: each value exactly as the
+/// backend's KV store rounds it, the neighbouring field untouched. Bits compared, NaN fails.
+fn paged_rows_case<B: FullBackend>(p: &Pair<'_, B>, ops: Compressed<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {
+    let spec = plumb_core::KvSpec {
+        num_layers: 4,
+        num_kv_heads: 1,
+        head_dim: 16,
+        block_size: 4,
+        num_blocks: 3,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
+    let mut kv = p.b.new_kv_cache(&spec);
+    let slots = [9u32, 0, 5, 11];
+    let (a, x) = (activations(rng, 4, 5, Spread::DynamicRange), activations(rng, 4, 40, Spread::DynamicRange));
+    ops.write_paged_rows(&mut kv, 1, 0, &slots, &p.b.upload(&a, 4, 5));
+    ops.write_paged_rows(&mut kv, 1, 5, &slots, &p.b.upload(&x, 4, 40));
+    let store = p.b.kv_store();
+    let mut differ = 0;
+    for (col, width, src) in [(0, 5, &a), (5, 40, &x)] {
+        let mut got = p.poisoned(4, width);
+        ops.read_paged_rows(&kv, 1, col, &slots, &mut got);
+        let got = p.b.download(&got);
+        differ += got.iter().zip(src.iter()).filter(|(g, v)| g.to_bits() != store.round(**v).to_bits()).count();
+    }
+    out.push(CaseResult::new(
+        "paged_rows",
+        format!("4 rows of 5 + 40 across planes, {} store", store.name()),
+        Metric::Exact,
+        differ as f64,
+        0.0,
+        true,
+    ));
 }
 
 fn hyper_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Hyper<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {
