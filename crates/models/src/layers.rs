@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod compressed_attention;
+pub mod compressed_state;
 pub mod decoder;
 pub mod gated_attention;
 pub mod gated_delta;

@@ -58,7 +58,7 @@ fn gate_refusal(family: &str, backend: &str, model: &str) -> String {
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, \
      Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3_5MoeForCausalLM, \
      Qwen3_5MoeForConditionalGeneration (text), Qwen3NextForCausalLM, \
-     DeepseekV4ForCausalLM (whole prompts, reference backend)";
+     DeepseekV4ForCausalLM";
 
 /// The family name a Hugging Face architecture belongs to, if any.
 pub fn family_of(architecture: &str) -> Option<&'static str> {
@@ -134,6 +134,11 @@ pub fn kv_layout(checkpoint: CheckpointRef<'_>) -> Result<KvSpec, ModelError> {
         let num_linear = hybrid.is_linear.iter().filter(|&&l| l).count();
         spec.num_layers -= num_linear;
         spec.lane_state = hybrid.gdn.lane_state(num_linear, 1);
+    }
+    if family == "deepseek_v4" {
+        let json = checkpoint.config_json().ok_or(ModelError::Unsupported("DeepSeek V4 from GGUF files"))?;
+        let file = checkpoint.path().join("config.json").display().to_string();
+        spec = crate::families::deepseek_v4::kv_layout(json, &config, &file)?;
     }
     Ok(spec)
 }

@@ -63,8 +63,9 @@ fn deepseek_v4_matches_transformers_float64() {
         tokens.extend(ids(&p["greedy_f64"]));
         let want = f64s(p["files"]["logits_f64"]["file"].as_str().unwrap());
         let floor = f32s(p["files"]["logits_f32"]["file"].as_str().unwrap());
-        let mut kv = b.new_kv_cache(&model.kv_spec(16, 0));
-        let batch = ForwardBatch::single_lane(&tokens, 0, 16, vec![0; tokens.len().div_ceil(16)]);
+        let blocks = tokens.len().div_ceil(16);
+        let mut kv = b.new_kv_cache(&model.kv_spec(16, blocks));
+        let batch = ForwardBatch::single_lane(&tokens, 0, 16, (0..blocks as u32).collect());
         let got = b.download_f64(&model.forward(&b, &batch, &mut kv, None));
         assert_eq!((got.len(), want.len()), (tokens.len() * vocab, tokens.len() * vocab));
         for pos in 0..tokens.len() {
@@ -276,8 +277,9 @@ fn the_cpu_backend_matches_transformers_within_the_gates_bound() {
         tokens.extend(ids(&p["greedy_f64"]));
         let want = f64s(p["files"]["logits_f64"]["file"].as_str().unwrap());
         let floor = f32s(p["files"]["logits_f32"]["file"].as_str().unwrap());
-        let mut kv = b.new_kv_cache(&model.kv_spec(16, 0));
-        let batch = ForwardBatch::single_lane(&tokens, 0, 16, vec![0; tokens.len().div_ceil(16)]);
+        let blocks = tokens.len().div_ceil(16);
+        let mut kv = b.new_kv_cache(&model.kv_spec(16, blocks));
+        let batch = ForwardBatch::single_lane(&tokens, 0, 16, (0..blocks as u32).collect());
         let got = b.download_f64(&model.forward(&b, &batch, &mut kv, None));
         assert!(got.iter().all(|v| v.is_finite()), "a CPU logit is not finite");
         for pos in 0..tokens.len() {
@@ -324,15 +326,26 @@ fn each_attention_layer_type_matches_transformers() {
             eps: 1e-6,
             kind,
         };
-        let attn = CompressedAttention::load(&w, &format!("model.layers.{i}.attn"), spec).unwrap();
+        let rows = spec.row_layout(0, 16);
+        let attn = CompressedAttention::load(&w, &format!("model.layers.{i}.attn"), spec, rows).unwrap();
         let tokens = vec![0u32; n];
-        let batch = ForwardBatch::single_lane(&tokens, 0, 16, vec![0; n.div_ceil(16)]);
+        let blocks = n.div_ceil(16);
+        let kv_spec = plumb_core::KvSpec {
+            num_layers: rows.num_layers,
+            num_kv_heads: 1,
+            head_dim: 16,
+            block_size: 16,
+            num_blocks: blocks,
+            lane_state: plumb_core::LaneStateSpec::NONE,
+        };
+        let mut kv = b.new_kv_cache(&kv_spec);
+        let batch = ForwardBatch::single_lane(&tokens, 0, 16, (0..blocks as u32).collect());
         let (t_main, t_compress) = (
             plumb_core::RopeOps::rope_table(&b, &batch.positions, &main),
             plumb_core::RopeOps::rope_table(&b, &batch.positions, &compress),
         );
         let rope = RopeTables { main: &t_main, compress: &t_compress, compress_inv_freq: &compress };
-        let out = attn.forward(&b, &tensor(n, 64, x), &batch, &rope, i, &mut None);
+        let out = attn.forward(&b, &tensor(n, 64, x), &batch, &rope, &mut kv, i, &mut None);
         let err = max_rel(&out.data, &traced(&m, &name, "output", 0));
         assert!(err < 1e-13, "layer {i} ({kind:?}) attention: {err:e}");
     }

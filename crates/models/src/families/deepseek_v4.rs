@@ -3,13 +3,12 @@
 //! compressed attention (sliding only, CSA or HCA, as `layer_types` says) → mHC re-expansion,
 //! then the same around a scored MoE (hash-routed or learned, as `mlp_layer_types` says); the
 //! final HC head → RMSNorm → untied head. Its own part of config.json is read and checked here.
-//! Scope today: whole prompts (one lane from position 0 per step) on any backend with the V4 op
-//! groups (the float64 reference, the CPU). Continuing a sequence (decode, chunked prefill,
-//! several lanes) needs its per-lane state (sliding K, compressed and indexer entries,
-//! unfinished windows, the CSA overlap), which is not built yet; `forward` refuses such a batch
-//! rather than compute it wrongly.
+//! A sequence's state (raw K, compressor rows, compressed entries and indexer keys) is a row
+//! per position per layer in the paged KV cache (`layers::compressed_state`), so lanes, the
+//! prefix cache, preemption and chunked prefill work as for any attention model, bit for bit.
 
 use crate::layers::compressed_attention::{AttentionKind, AttentionSpec, CompressedAttention, RopeTables};
+use crate::layers::compressed_state::RowLayout;
 use crate::layers::decoder::output_head;
 use crate::layers::loader::WeightLoader;
 use crate::layers::scored_moe::{ScoredMoe, ScoredMoeSpec};
@@ -223,6 +222,43 @@ fn rope_frequencies(
     Ok((main_inv, compress_inv))
 }
 
+/// Every attention layer's geometry and paged rows, and the width of the cache's one KV head
+/// (half a K row, so a sliding layer's row is exactly one KV layer).
+pub fn attention_specs(c: &ModelConfig, v4: &V4Config) -> (usize, Vec<(AttentionSpec, RowLayout)>) {
+    let kv_head_dim = if c.head_dim.is_multiple_of(2) { c.head_dim / 2 } else { c.head_dim };
+    let mut next = 0;
+    let specs = v4
+        .attention
+        .iter()
+        .map(|&kind| {
+            let spec = AttentionSpec {
+                hidden: c.hidden_size,
+                num_heads: c.num_attention_heads,
+                head_dim: c.head_dim,
+                q_lora_rank: v4.q_lora_rank,
+                o_groups: v4.o_groups,
+                o_lora_rank: v4.o_lora_rank,
+                sliding_window: v4.sliding_window,
+                eps: c.rms_norm_eps,
+                kind,
+            };
+            let rows = spec.row_layout(next, kv_head_dim);
+            next += rows.num_layers;
+            (spec, rows)
+        })
+        .collect();
+    (kv_head_dim, specs)
+}
+
+/// The KV geometry of a V4 checkpoint from its config alone (`plumb inspect`), as the loaded
+/// model declares it.
+pub fn kv_layout(json: &Map<String, Value>, c: &ModelConfig, file: &str) -> Result<KvSpec, ModelError> {
+    let v4 = V4Config::from_hf(json, c, file)?;
+    let (head_dim, specs) = attention_specs(c, &v4);
+    let num_layers = specs.last().map_or(0, |(_, rows)| rows.first_layer + rows.num_layers);
+    Ok(KvSpec { num_layers, num_kv_heads: 1, head_dim, block_size: 1, num_blocks: 0, lane_state: LaneStateSpec::NONE })
+}
+
 /// One layer's hyper-connection parameters.
 #[derive(Debug)]
 struct Hc<B: Backend> {
@@ -256,6 +292,9 @@ struct Layer<B: Backend> {
 #[derive(Debug)]
 pub struct DeepseekV4<B: Backend> {
     config: ModelConfig,
+    /// Width of the cache's one KV head, and KV layers all attention layers' rows take.
+    kv_head_dim: usize,
+    kv_layers: usize,
     v4: V4Config,
     embed: B::Weight,
     layers: Vec<Layer<B>>,
@@ -275,23 +314,14 @@ impl<B: FullBackend> DeepseekV4<B> {
         let c = &config;
         let (hidden, n) = (c.hidden_size, v4.hc.num_streams);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for (i, (&kind, &hash)) in v4.attention.iter().zip(&v4.hash_moe).enumerate() {
+        let (kv_head_dim, specs) = attention_specs(c, &v4);
+        let kv_layers = specs.last().map_or(0, |(_, rows)| rows.first_layer + rows.num_layers);
+        for (i, (&(spec, rows), &hash)) in specs.iter().zip(&v4.hash_moe).enumerate() {
             let p = format!("model.layers.{i}");
-            let spec = AttentionSpec {
-                hidden,
-                num_heads: c.num_attention_heads,
-                head_dim: c.head_dim,
-                q_lora_rank: v4.q_lora_rank,
-                o_groups: v4.o_groups,
-                o_lora_rank: v4.o_lora_rank,
-                sliding_window: v4.sliding_window,
-                eps: c.rms_norm_eps,
-                kind,
-            };
             layers.push(Layer {
                 attn_hc: Hc::load(w, &format!("{p}.hc_attn"), n, hidden)?,
                 attn_norm: w.load_shaped(&format!("{p}.attn_norm.weight"), 1, hidden)?,
-                attn: CompressedAttention::load(w, &format!("{p}.attn"), spec)?,
+                attn: CompressedAttention::load(w, &format!("{p}.attn"), spec, rows)?,
                 ffn_hc: Hc::load(w, &format!("{p}.hc_ffn"), n, hidden)?,
                 ffn_norm: w.load_shaped(&format!("{p}.ffn_norm.weight"), 1, hidden)?,
                 ffn: ScoredMoe::load(w, &format!("{p}.ffn"), v4.moe, hash, c.vocab_size)?,
@@ -308,6 +338,8 @@ impl<B: FullBackend> DeepseekV4<B> {
             head: w.load_shaped("head.weight", c.vocab_size, hidden)?,
             hc_head,
             layers,
+            kv_head_dim,
+            kv_layers,
             v4,
             config,
         };
@@ -322,12 +354,12 @@ impl<B: FullBackend> CausalLm<B> for DeepseekV4<B> {
         &self.config
     }
 
-    /// No paged K/V and no lane state yet: a whole prompt is computed within its step.
+    /// One KV head whose K and V planes hold every attention layer's paged rows; no lane state.
     fn kv_spec_for_lanes(&self, block_size: usize, num_blocks: usize, _num_lanes: usize) -> KvSpec {
         KvSpec {
-            num_layers: 0,
+            num_layers: self.kv_layers,
             num_kv_heads: 1,
-            head_dim: self.config.head_dim,
+            head_dim: self.kv_head_dim,
             block_size,
             num_blocks,
             lane_state: LaneStateSpec::NONE,
@@ -335,11 +367,6 @@ impl<B: FullBackend> CausalLm<B> for DeepseekV4<B> {
     }
 
     fn forward(&self, b: &B, batch: &ForwardBatch, kv: &mut B::KvCache, mut trace: Option<Trace<'_, B>>) -> B::Tensor {
-        let whole = batch.lanes.len() == 1 && batch.positions.iter().enumerate().all(|(r, &p)| p as usize == r);
-        assert!(
-            whole,
-            "deepseek_v4 computes whole prompts only (one lane, positions 0, 1, …): its per-lane state is not built"
-        );
         let (hc_ops, c) = (b.hyper_connection_ops().expect("checked at load"), &self.config);
         let (n, hidden, s) = (batch.num_rows(), c.hidden_size, self.v4.hc.num_streams);
         b.begin_step(batch, kv);
@@ -365,7 +392,7 @@ impl<B: FullBackend> CausalLm<B> for DeepseekV4<B> {
             let hc = &layer.attn_hc;
             hc_ops.hc_pre(&streams, &hc.fn_w, &hc.base, &hc.scale, self.v4.hc, &mut post, &mut comb, &mut collapsed);
             b.rms_norm(&collapsed, &layer.attn_norm, eps, &mut normed);
-            let a = layer.attn.forward(b, &normed, batch, &rope, i, &mut trace);
+            let a = layer.attn.forward(b, &normed, batch, &rope, kv, i, &mut trace);
             let mut next = b.tensor(n, s * hidden);
             hc_ops.hc_post(&streams, &a, &post, &comb, &mut next);
             let hc = &layer.ffn_hc;
