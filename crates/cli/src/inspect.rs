@@ -232,10 +232,22 @@ pub fn run(model: Option<&str>, json: bool) -> Result<()> {
         );
     }
     let m = &r.memory;
-    println!(
-        "{:<16} {} bytes per token (K and V of {} attention layers, f32)",
-        "kv cache", m.kv_bytes_per_token, m.kv_layers
-    );
+    if r.config.architecture == "DeepseekV4ForCausalLM" {
+        // Its whole state is paged rows per position; nothing is per sequence besides them.
+        println!(
+            "{:<16} {} bytes per token (f32 paged rows of every attention layer: raw K, compressor rows, \
+             compressed entries and indexer keys), {:.1} MiB per request at {} tokens; no fixed per-request state",
+            "kv cache",
+            m.kv_bytes_per_token,
+            (m.kv_bytes_per_token * r.config.max_position_embeddings) as f64 / (1 << 20) as f64,
+            r.config.max_position_embeddings
+        );
+    } else {
+        println!(
+            "{:<16} {} bytes per token (K and V of {} attention layers, f32)",
+            "kv cache", m.kv_bytes_per_token, m.kv_layers
+        );
+    }
     if m.state_layers > 0 {
         println!(
             "{:<16} {:.1} KiB per sequence in {} linear-attention layers, constant in the context length",
