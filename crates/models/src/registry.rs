@@ -111,6 +111,12 @@ pub const GATES_PASSED: &[(&str, &str, &str)] = &[
     // head do not fit beside the model in this machine's 24 GiB. The untied head is gated by
     // qwen3_next's receipt (same code) and fixtures/qwen3_5_moe.
     ("qwen3_5_moe", "cpu", "receipts/check-cpu-qwen3-5-moe-synth-1.7b-l4-tied.json"),
+    // The `deepseek-v4-1.6b` preset (V4-Flash's attention geometry at hidden 1024: heads of 512,
+    // CSA of 4 with a 64 × 128 indexer, HCA of 128, hc_mult 4, 128 experts of 256, 6 active,
+    // vocabulary 129,280) with 4 of its 12 layers (3 HCA, 1 CSA; hash-routed and learned MoE);
+    // sliding-only layers and agreement with transformers in float64 are fixtures/deepseek_v4's
+    // (receipts/check-cpu-deepseek-v4-fixture.json, crates/verify/tests/deepseek_v4.rs).
+    ("deepseek_v4", "cpu", "receipts/check-cpu-deepseek-v4-synth-1.6b-l4.json"),
 ];
 
 /// The KV and lane-state geometry the model in `checkpoint` asks for, read from its config
