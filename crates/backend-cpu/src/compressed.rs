@@ -7,21 +7,24 @@
 //! launch of the groups' products, each as `linear` computes it.
 
 use crate::scored_moe::descending;
+use crate::simd::{F32x16, simd_dispatch};
 use crate::{CpuBackend, CpuKvCache, CpuTensor, CpuWeight, SharedOut};
 use plumb_core::{CompressedAttentionOps, Compression, LinearOps};
 
-/// Σ a_i·b_i: 16 running lane sums (element i into lane i % 16), then a pairwise tree.
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// Σ a_i·b_i: 16 running lane sums (element i into lane i % 16; a product, then an add),
+/// then a pairwise tree; on any ISA the same bits, since a vector lane does what a scalar lane
+/// would.
+#[inline(always)]
+fn dot_s<S: F32x16>(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
-    let mut lanes = [0f32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..16 {
-            lanes[l] += x[l] * y[l];
-        }
+    let whole = a.len() / 16 * 16;
+    let mut acc = S::zero();
+    for i in (0..whole).step_by(16) {
+        acc = acc.add(S::load(&a[i..]).mul(S::load(&b[i..])));
     }
-    for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
+    let mut lanes = [0f32; 16];
+    acc.store(&mut lanes);
+    for (l, (x, y)) in a[whole..].iter().zip(&b[whole..]).enumerate() {
         lanes[l] += x * y;
     }
     let mut width = 16;
@@ -168,24 +171,26 @@ impl CompressedAttentionOps for CpuBackend {
     ) -> Vec<i32> {
         let (d, heads) = (keys.cols, w.cols);
         assert_eq!((q.cols, w.rows, num_visible.len()), (heads * d, q.rows, q.rows), "indexer_topk: shapes");
-        let (q_scale, w_scale) = (q_scale as f32, w_scale as f32);
+        let args = IndexerArgs { q, keys, w, heads, q_scale: q_scale as f32, w_scale: w_scale as f32 };
+        // Every (row, entry) score alone, on any thread: a decode row's entries spread too.
+        let visible: Vec<usize> = num_visible.iter().map(|&v| (v as usize).min(keys.rows)).collect();
+        let stride = visible.iter().copied().max().unwrap_or(0);
+        let mut scores = vec![0f32; q.rows * stride];
+        let shared = SharedOut::new(&mut scores);
+        let isa = self.isa();
+        self.par_rows(q.rows * stride, &|units| {
+            // SAFETY: threads get disjoint units; `scores` outlives the call.
+            let out = unsafe { shared.part(units.start, units.len()) };
+            index_scores(isa, &args, &visible, stride, units.start, out);
+        });
         let ids = std::sync::Mutex::new(vec![-1i32; q.rows * top_k]);
         self.par_rows(q.rows, &|rows| {
-            let (mut scores, mut order, mut chosen) = (Vec::new(), Vec::new(), Vec::with_capacity(top_k));
+            let (mut order, mut chosen) = (Vec::new(), Vec::with_capacity(top_k));
             for t in rows {
-                let visible = (num_visible[t] as usize).min(keys.rows);
-                scores.clear();
-                scores.extend((0..visible).map(|s| {
-                    let key = &keys.data[s * d..(s + 1) * d];
-                    (0..heads).fold(0f32, |acc, h| {
-                        let qk = dot(&q.data[(t * heads + h) * d..(t * heads + h + 1) * d], key);
-                        let relu = if qk > 0.0 { qk } else { 0.0 };
-                        acc + (w.data[t * heads + h] * w_scale) * (relu * q_scale)
-                    })
-                }));
+                let row = &scores[t * stride..t * stride + visible[t]];
                 order.clear();
-                order.extend(0..visible);
-                order.sort_by(|&a, &b| descending(scores[a], scores[b]));
+                order.extend(0..visible[t]);
+                order.sort_by(|&a, &b| descending(row[a], row[b]));
                 chosen.clear();
                 chosen.extend((0..top_k).map(|j| order.get(j).map_or(-1, |&s| s as i32)));
                 ids.lock().unwrap_or_else(|e| e.into_inner())[t * top_k..(t + 1) * top_k].copy_from_slice(&chosen);
@@ -210,44 +215,28 @@ impl CompressedAttentionOps for CpuBackend {
         assert_eq!((q.cols, out.rows, out.cols, windows.len()), (heads * d, q.rows, q.cols, q.rows), "sink_attention");
         assert!(q.rows == 0 || entry_ids.len().is_multiple_of(q.rows), "sink_attention: entry ids per row");
         let per_row = entry_ids.len().checked_div(q.rows).unwrap_or(0);
-        let scale = scale as f32;
-        let cols = q.cols;
-        let shared = SharedOut::new(&mut out.data);
-        self.par_rows(q.rows, &|rows| {
-            let (mut scores, mut chosen) = (Vec::new(), Vec::new());
-            for t in rows {
-                let (start, end) = (windows[t].0 as usize, windows[t].1 as usize);
-                chosen.clear();
-                chosen
-                    .extend(entry_ids[t * per_row..(t + 1) * per_row].iter().filter(|&&e| e >= 0).map(|&e| e as usize));
-                chosen.sort_unstable();
-                assert!(chosen.windows(2).all(|p| p[0] < p[1]), "sink_attention: an entry chosen twice");
-                let keys: Vec<&[f32]> = (start..end)
-                    .map(|r| &kv.data[r * d..(r + 1) * d])
-                    .chain(chosen.iter().map(|&e| &entries.data[e * d..(e + 1) * d]))
+        // Each row's chosen entries in ascending id (the order their terms are summed in).
+        let chosen: Vec<Vec<usize>> = (0..q.rows)
+            .map(|t| {
+                let mut c: Vec<usize> = entry_ids[t * per_row..(t + 1) * per_row]
+                    .iter()
+                    .filter(|&&e| e >= 0)
+                    .map(|&e| e as usize)
                     .collect();
-                // SAFETY: threads get disjoint rows; `out` outlives the call.
-                let o = unsafe { shared.part(t * cols, cols) };
-                for (h, oh) in o.chunks_exact_mut(d).enumerate() {
-                    let qh = &q.data[(t * heads + h) * d..(t * heads + h + 1) * d];
-                    scores.clear();
-                    scores.extend(keys.iter().map(|k| dot(qh, k) * scale));
-                    let sink = sinks[h];
-                    let max = scores.iter().copied().fold(sink, |a, b| if b > a { b } else { a });
-                    let mut denom = 0f32;
-                    for s in scores.iter_mut() {
-                        *s = (*s - max).exp();
-                        denom += *s;
-                    }
-                    denom += (sink - max).exp();
-                    oh.fill(0.0);
-                    for (k, &e) in keys.iter().zip(scores.iter()) {
-                        let p = e / denom;
-                        for (o, &v) in oh.iter_mut().zip(k.iter()) {
-                            *o += p * v;
-                        }
-                    }
-                }
+                c.sort_unstable();
+                assert!(c.windows(2).all(|p| p[0] < p[1]), "sink_attention: an entry chosen twice");
+                c
+            })
+            .collect();
+        let args = SinkArgs { q, kv, windows, entries, chosen: &chosen, sinks, scale: scale as f32 };
+        let shared = SharedOut::new(&mut out.data);
+        let isa = self.isa();
+        // Every (row, head) alone, on any thread: a decode row's heads spread too.
+        self.par_rows(q.rows * heads, &|units| {
+            for u in units {
+                // SAFETY: threads get disjoint (row, head) units; `out` outlives the call.
+                let oh = unsafe { shared.part(u * d, d) };
+                sink_head(isa, &args, u / heads, u % heads, oh);
             }
         });
     }
@@ -298,6 +287,99 @@ impl CompressedAttentionOps for CpuBackend {
             for (g, part) in outs.iter().enumerate() {
                 o[g * r..(g + 1) * r].copy_from_slice(&part.data[row * r..(row + 1) * r]);
             }
+        }
+    }
+}
+
+/// What `index_scores` reads.
+struct IndexerArgs<'a> {
+    q: &'a CpuTensor,
+    keys: &'a CpuTensor,
+    w: &'a CpuTensor,
+    heads: usize,
+    q_scale: f32,
+    w_scale: f32,
+}
+
+simd_dispatch! {
+    /// `out[i]` := the indexer score of unit `first + i` (row `u / stride`, entry `u % stride`;
+    /// 0 past the row's visible entries): heads summed in order.
+    fn index_scores(a: &IndexerArgs, visible: &[usize], stride: usize, first: usize, out: &mut [f32]) => index_scores_kernel
+}
+
+#[inline(always)]
+fn index_scores_kernel<S: F32x16>(a: &IndexerArgs, visible: &[usize], stride: usize, first: usize, out: &mut [f32]) {
+    let d = a.keys.cols;
+    for (i, o) in out.iter_mut().enumerate() {
+        let (t, s) = ((first + i) / stride, (first + i) % stride);
+        if s >= visible[t] {
+            *o = 0.0;
+            continue;
+        }
+        let key = &a.keys.data[s * d..(s + 1) * d];
+        // Plain loops: a closure would not inherit the kernel's target features.
+        let mut acc = 0f32;
+        for h in 0..a.heads {
+            let at = (t * a.heads + h) * d;
+            let qk = dot_s::<S>(&a.q.data[at..at + d], key);
+            let relu = if qk > 0.0 { qk } else { 0.0 };
+            acc += (a.w.data[t * a.heads + h] * a.w_scale) * (relu * a.q_scale);
+        }
+        *o = acc;
+    }
+}
+
+/// What `sink_head` reads.
+struct SinkArgs<'a> {
+    q: &'a CpuTensor,
+    kv: &'a CpuTensor,
+    windows: &'a [(u32, u32)],
+    entries: &'a CpuTensor,
+    chosen: &'a [Vec<usize>],
+    sinks: &'a [f32],
+    scale: f32,
+}
+
+simd_dispatch! {
+    /// Head `h` of row `t`: scores over the window then the chosen entries, the softmax with
+    /// the sink, and `oh` := Σ p_j · v_j in that order (each element: a product, then an add).
+    fn sink_head(a: &SinkArgs, t: usize, h: usize, oh: &mut [f32]) => sink_head_kernel
+}
+
+#[inline(always)]
+fn sink_head_kernel<S: F32x16>(a: &SinkArgs, t: usize, h: usize, oh: &mut [f32]) {
+    let d = a.kv.cols;
+    let heads = a.sinks.len();
+    let (start, end) = (a.windows[t].0 as usize, a.windows[t].1 as usize);
+    // The window's rows, then the chosen entries. Plain loops below: a closure would not
+    // inherit the kernel's target features.
+    let keys: Vec<&[f32]> = (start..end)
+        .map(|r| &a.kv.data[r * d..(r + 1) * d])
+        .chain(a.chosen[t].iter().map(|&e| &a.entries.data[e * d..(e + 1) * d]))
+        .collect();
+    let qh = &a.q.data[(t * heads + h) * d..(t * heads + h + 1) * d];
+    let mut scores = vec![0f32; keys.len()];
+    for (s, k) in scores.iter_mut().zip(&keys) {
+        *s = dot_s::<S>(qh, k) * a.scale;
+    }
+    let sink = a.sinks[h];
+    let max = scores.iter().copied().fold(sink, |m, b| if b > m { b } else { m });
+    let mut denom = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        denom += *s;
+    }
+    denom += (sink - max).exp();
+    oh.fill(0.0);
+    let whole = d / 16 * 16;
+    for (&e, k) in scores.iter().zip(&keys) {
+        let p = e / denom;
+        let pv = S::splat(p);
+        for i in (0..whole).step_by(16) {
+            S::load(&oh[i..]).add(pv.mul(S::load(&k[i..]))).store(&mut oh[i..]);
+        }
+        for (o, &v) in oh[whole..].iter_mut().zip(&k[whole..]) {
+            *o += p * v;
         }
     }
 }
