@@ -70,8 +70,8 @@ fn round(handle: &EngineHandle, prompts: &[Vec<u32>], gen_len: usize) -> Result<
     })
 }
 
-/// Figures of one concurrency level.
-fn figures(n: usize, t: &[Timings]) -> Value {
+/// Figures of one concurrency level; `prompt_len` tokens per request.
+fn figures(n: usize, prompt_len: usize, t: &[Timings]) -> Value {
     let generated: usize = t.iter().map(|r| r.tokens.len()).sum();
     let end = t.iter().filter_map(|r| r.tokens.last()).fold(0f64, |a, &b| a.max(b));
     let first = t.iter().map(|r| r.first).fold(f64::INFINITY, f64::min);
@@ -90,6 +90,9 @@ fn figures(n: usize, t: &[Timings]) -> Value {
         // Tokens after each request's first, over the span in which requests were decoding.
         "aggregate_decode_tokens_per_s": (generated - t.len()) as f64 / (end - first),
         "steady_decode_tokens_per_s": steady,
+        // Every prompt token over the time until the last request's first token (prefill
+        // shares its steps with the decode rows of requests already answering).
+        "prefill_tokens_per_s": (n * prompt_len) as f64 / all_decoding,
         "ttft_ms": percentiles(&ttft),
         "itl_ms": percentiles(&itl),
     })
@@ -139,12 +142,13 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             .map(|i| crate::bench::tokens(args.prompt_len, vocab, 10_000 * (level as u64 + 1) + i as u64))
             .collect();
         let before = handle.stats().drafts;
-        let mut f = figures(n, &round(&handle, &prompts, args.gen_len)?);
+        let mut f = figures(n, args.prompt_len, &round(&handle, &prompts, args.gen_len)?);
         eprintln!(
-            "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
+            "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), {:.1} prefilling, TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
             f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
             f["aggregate_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
             f["steady_decode_tokens_per_s"].as_f64().unwrap_or(0.0),
+            f["prefill_tokens_per_s"].as_f64().unwrap_or(0.0),
             f["ttft_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
