@@ -24,8 +24,11 @@ struct Setup {
 const BASE: Setup = Setup { max_batch_tokens: 64, max_lanes: 8, num_blocks: 128, block_size: 16 };
 
 fn engine(s: &Setup) -> Engine<CpuBackend> {
+    engine_on(CpuBackend::new(2), s)
+}
+
+fn engine_on(backend: CpuBackend, s: &Setup) -> Engine<CpuBackend> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/deepseek_v4/hf");
-    let backend = CpuBackend::new(2);
     let model = plumb_models::load_model_with(&HfCheckpoint::open(dir).unwrap(), &backend, None).unwrap();
     let config = SchedulerConfig {
         block_size: s.block_size,
@@ -123,6 +126,24 @@ fn prefill_chunk_sizes_give_identical_results() {
         let got = run(&mut engine(&Setup { max_batch_tokens: chunk, ..BASE }), &reqs, &[0, 0]);
         assert!(got == whole, "prefill in chunks of {chunk} differs from whole-prompt prefill");
     }
+}
+
+/// With a 16-bit KV store every stored value (raw K, compressor rows, entries, keys) is
+/// rounded, and every step reads the rounded values back, its own rows included: chunking
+/// still changes nothing, and the results differ from the f32 store's (the rounding is real).
+#[test]
+fn a_16_bit_kv_store_is_exact_across_chunkings_too() {
+    let reqs = vec![Request::new(prompt(150, 1), SamplingParams::greedy(), 6, vec![])];
+    let bf16 = |chunk| {
+        let backend = CpuBackend::new(2).with_kv_store(plumb_core::KvStore::Bf16);
+        run(&mut engine_on(backend, &Setup { max_batch_tokens: chunk, ..BASE }), &reqs, &[0])
+    };
+    let whole = bf16(512);
+    for chunk in [1, 5, 64] {
+        assert!(bf16(chunk) == whole, "bf16 KV: prefill in chunks of {chunk} differs from whole-prompt prefill");
+    }
+    let f32_store = run(&mut engine(&Setup { max_batch_tokens: 512, ..BASE }), &reqs, &[0]);
+    assert!(f32_store[0].1 != whole[0].1, "a bf16 store must change the logits");
 }
 
 #[test]

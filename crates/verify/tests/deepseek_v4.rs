@@ -350,3 +350,15 @@ fn each_attention_layer_type_matches_transformers() {
         assert!(err < 1e-13, "layer {i} ({kind:?}) attention: {err:e}");
     }
 }
+
+/// `plumb inspect` reads the state size from config.json alone; it must be what the loaded model
+/// allocates (2,944 bytes per token on the fixture: 23 KV layers of 2 × 16 f32 columns).
+#[test]
+fn the_config_alone_gives_the_loaded_models_kv_geometry() {
+    let ckpt = HfCheckpoint::open(fixture().join("hf")).unwrap();
+    let b = CpuBackend::new(1);
+    let model = plumb_models::load_model_with(&ckpt, &b, None).unwrap();
+    let from_config = plumb_models::registry::kv_layout((&ckpt).into()).unwrap();
+    assert_eq!(from_config, model.kv_spec(1, 0));
+    assert_eq!(from_config.bytes_per_position(), 2944);
+}
