@@ -6,22 +6,15 @@
 //! block boundaries that fall between windows and inside them), or on drafting — exact
 //! equality of tokens and logits bits throughout.
 
+#[path = "support/hybrid.rs"]
+mod hybrid;
+
+use hybrid::{BASE, Setup, Trace, config, prompt, run};
 use plumb_backend_cpu::CpuBackend;
 use plumb_checkpoint::HfCheckpoint;
 use plumb_engine::{Engine, Request};
 use plumb_sampling::SamplingParams;
-use plumb_scheduler::{SchedulerConfig, SeqId};
 use std::path::PathBuf;
-
-#[derive(Clone, Copy)]
-struct Setup {
-    max_batch_tokens: usize,
-    max_lanes: usize,
-    num_blocks: usize,
-    block_size: usize,
-}
-
-const BASE: Setup = Setup { max_batch_tokens: 64, max_lanes: 8, num_blocks: 128, block_size: 16 };
 
 fn engine(s: &Setup) -> Engine<CpuBackend> {
     engine_on(CpuBackend::new(2), s)
@@ -30,46 +23,7 @@ fn engine(s: &Setup) -> Engine<CpuBackend> {
 fn engine_on(backend: CpuBackend, s: &Setup) -> Engine<CpuBackend> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/deepseek_v4/hf");
     let model = plumb_models::load_model_with(&HfCheckpoint::open(dir).unwrap(), &backend, None).unwrap();
-    let config = SchedulerConfig {
-        block_size: s.block_size,
-        num_blocks: s.num_blocks,
-        max_lanes: s.max_lanes,
-        max_batch_tokens: s.max_batch_tokens,
-        max_model_len: 1024,
-        max_waiting: 64,
-        enable_prefix_cache: true,
-    };
-    Engine::new(backend, model, config)
-}
-
-/// Tokens and the bits of every logits row they were sampled from.
-type Trace = (Vec<u32>, Vec<Vec<u32>>);
-
-/// Runs every request, request i submitted before step `arrive[i]`.
-fn run(engine: &mut Engine<CpuBackend>, reqs: &[Request], arrive: &[usize]) -> Vec<Trace> {
-    let mut ids: Vec<Option<SeqId>> = vec![None; reqs.len()];
-    let mut out = vec![(vec![], vec![]); reqs.len()];
-    let mut step = 0;
-    while ids.iter().any(Option::is_none) || engine.has_work() {
-        for (i, r) in reqs.iter().enumerate() {
-            if ids[i].is_none() && arrive[i] <= step {
-                let mut r = r.clone();
-                r.return_logits = true;
-                ids[i] = Some(engine.add_request(r).unwrap());
-            }
-        }
-        for o in engine.step() {
-            let i = ids.iter().position(|&id| id == Some(o.seq_id)).unwrap();
-            out[i].0.push(o.token);
-            out[i].1.push(o.logits.unwrap().iter().map(|v| v.to_bits()).collect());
-        }
-        step += 1;
-    }
-    out
-}
-
-fn prompt(len: usize, salt: usize) -> Vec<u32> {
-    (0..len).map(|i| ((i * 7919 + salt * 104_729) % 380) as u32 + 3).collect()
+    Engine::new(backend, model, config(s))
 }
 
 fn requests() -> Vec<Request> {
