@@ -295,15 +295,15 @@ impl<B: FullBackend> CompressedAttention<B> {
                 c.store_entries(b, kv, x, batch, &lanes, (rows.first_layer, rows.comp, rows.entry), csa, s.eps, inv);
                 let store = (rows.first_layer, rows.index_comp, rows.key);
                 ix.compressor.store_entries(b, kv, x, batch, &lanes, store, csa, s.eps, inv);
-                let (entries, bases) = self.visible(b, kv, batch, &lanes, ratio, rows.entry, d);
                 let mut iq = b.tensor(n, index_heads * di);
                 b.linear(&q_res, &ix.wq_b, &mut iq);
                 ops.rope_tail_interleaved(&mut iq, rope.compress, index_heads, di, false);
                 let mut iw = b.tensor(n, index_heads);
                 b.linear(x, &ix.weights_proj, &mut iw);
                 let (q_scale, w_scale) = (1.0 / (di as f64).sqrt(), 1.0 / (index_heads as f64).sqrt());
-                let mut ids = vec![-1i32; n * top_k];
-                for (lane, &base) in lanes.iter().zip(&bases) {
+                // Per row, the (lane, entry) pairs its indexer keeps; only those entries are read.
+                let mut picks = vec![None; n * top_k];
+                for (l, lane) in lanes.iter().enumerate() {
                     let (keys, _) = self.visible(b, kv, batch, std::slice::from_ref(lane), ratio, rows.key, di);
                     let picked: Vec<u32> = lane.rows.iter().map(|&r| r as u32).collect();
                     let (mut lq, mut lw) = (b.tensor(picked.len(), iq.cols()), b.tensor(picked.len(), index_heads));
@@ -313,12 +313,22 @@ impl<B: FullBackend> CompressedAttention<B> {
                         lane.rows.iter().map(|&r| (batch.positions[r] + 1) / ratio as u32).collect();
                     let chosen = ops.indexer_topk(&lq, &keys, &lw, &visible, top_k, q_scale, w_scale);
                     for (i, &r) in lane.rows.iter().enumerate() {
-                        for (dst, &e) in ids[r * top_k..(r + 1) * top_k].iter_mut().zip(&chosen[i * top_k..]) {
-                            *dst = if e < 0 { -1 } else { e + base as i32 };
+                        for (dst, &e) in picks[r * top_k..(r + 1) * top_k].iter_mut().zip(&chosen[i * top_k..]) {
+                            *dst = (e >= 0).then_some((l, e as usize));
                         }
                     }
                 }
-                (entries, ids)
+                // The chosen entries in (lane, entry) order, so a row's ids stay ascending in entry
+                // order and sink_attention sums them in the same order as over all entries.
+                let mut used: Vec<(usize, usize)> = picks.iter().flatten().copied().collect();
+                used.sort_unstable();
+                used.dedup();
+                let slots: Vec<u32> =
+                    used.iter().map(|&(l, w)| batch.slot(lanes[l].lane, entry_position(w, ratio)) as u32).collect();
+                let mut entries = b.tensor(slots.len(), d);
+                ops.read_paged_rows(kv, rows.first_layer, rows.entry, &slots, &mut entries);
+                let index = |pick: &(usize, usize)| used.binary_search(pick).expect("collected above") as i32;
+                (entries, picks.iter().map(|p| p.as_ref().map_or(-1, index)).collect())
             }
         };
         let mut attn = b.tensor(n, h * d);

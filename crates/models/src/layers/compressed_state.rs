@@ -27,12 +27,10 @@ pub struct RowLayout {
     pub num_layers: usize,
     pub entry: usize,
     pub key: usize,
-    /// The compressor's kv rows; its gate rows follow at `comp + comp_width`.
+    /// The compressor's kv rows; its gate rows follow them (each as wide as its `wkv`).
     pub comp: usize,
-    pub comp_width: usize,
-    /// The indexer compressor's kv rows; its gate rows follow at `index_comp + index_comp_width`.
+    /// The indexer compressor's kv rows; its gate rows follow them.
     pub index_comp: usize,
-    pub index_comp_width: usize,
     pub width: usize,
 }
 
@@ -55,7 +53,7 @@ impl RowLayout {
         let index_comp = comp + 2 * comp_width;
         let width = index_comp + 2 * index_comp_width;
         let num_layers = width.div_ceil(2 * kv_head_dim);
-        RowLayout { first_layer, num_layers, entry, key, comp, comp_width, index_comp, index_comp_width, width }
+        RowLayout { first_layer, num_layers, entry, key, comp, index_comp, width }
     }
 }
 
