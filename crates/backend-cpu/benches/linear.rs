@@ -9,7 +9,8 @@
 //! times, which mostly stay in cache: the kernels' compute cost alone), BENCH_HEAD=1 (0 skips the
 //! output head), BENCH_TYPE=Q4_1 and BENCH_HEAD_TYPE=Q8_0 (the projections' and the head's formats,
 //! e.g. Q4_K and Q6_K as in a Q4_K_M file), BENCH_SHAPE=smollm2 (or `wide`: hidden 2048, FFN 768,
-//! KV 512, vocab 151936, widths that K-quants' 256-element super-blocks divide).
+//! KV 512, vocab 151936, widths that K-quants' 256-element super-blocks divide), BENCH_Q8=0 (1 takes
+//! Q8 activations where the formats allow: `--act-dtype q8`).
 
 use plumb_backend_cpu::{CpuBackend, CpuTensor, CpuWeight};
 use plumb_core::{Backend, GgmlType, HostBytes, LinearOps, WeightSource};
@@ -44,7 +45,7 @@ fn main() {
     let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_string());
     let row_counts: Vec<usize> = env("BENCH_ROWS", "1,2,4,8,16,32").split(',').map(|s| s.parse().unwrap()).collect();
     let steps: usize = env("BENCH_STEPS", "15").parse().unwrap();
-    let b = CpuBackend::new(env("BENCH_THREADS", "0").parse().unwrap());
+    let b = CpuBackend::new(env("BENCH_THREADS", "0").parse().unwrap()).with_q8_inputs(env("BENCH_Q8", "0") == "1");
     let (hidden, inter, kv, vocab, layers) = match env("BENCH_SHAPE", "smollm2").as_str() {
         "wide" => (2048, 768, 512, 151936, 30),
         _ => (576, 1536, 192, 49152, 30),

@@ -267,6 +267,7 @@ impl CompressedAttentionOps for CpuBackend {
                 bytes: w.bytes.slice(g * r * w.row_bytes, r * w.row_bytes),
                 row_bytes: w.row_bytes,
                 dense: None,
+                q8: w.q8.as_ref().map(|q| q.slice(g * r)),
             })
             .collect();
         let xs: Vec<CpuTensor> = (0..groups)

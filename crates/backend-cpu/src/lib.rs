@@ -3,6 +3,7 @@
 //! cores, weights computed straight from the memory-mapped checkpoint in their own format.
 //! Invariant (DESIGN.md principle 2): every output row's reduction order is fixed by shapes alone.
 
+mod aligned;
 mod attention;
 mod compressed;
 mod dequant;
@@ -14,6 +15,7 @@ mod kv_cache;
 mod linear;
 mod moe;
 mod pool;
+mod q8;
 mod scored_moe;
 pub mod simd;
 mod weights;
@@ -24,8 +26,8 @@ pub use simd::{Isa, IsaKind};
 
 use plumb_core::{
     AttentionOps, Backend, BackendError, CompressedAttentionOps, ElementwiseOps, ForwardBatch, GatedDeltaOps, GgmlType,
-    HostBytes, HyperConnectionOps, KvSpec, KvStore, LaneStateOps, LinearOps, MoeOps, RopeOps, ScoredMoeOps, Shape,
-    WeightSource,
+    HostBytes, HyperConnectionOps, KvSpec, KvStore, LaneStateOps, LinearInputs, LinearOps, MoeOps, RopeOps,
+    ScoredMoeOps, Shape, WeightSource,
 };
 
 /// One output buffer handed to several pool threads that each write their own elements. No
@@ -90,6 +92,8 @@ pub struct CpuWeight {
     pub(crate) row_bytes: usize,
     /// Vectors (norm weights) are kept dequantized.
     dense: Option<Vec<f32>>,
+    /// The weight repacked for Q8 activations, when the backend declares them for it.
+    pub(crate) q8: Option<q8::Q8Weight>,
 }
 
 impl CpuWeight {
@@ -119,6 +123,10 @@ pub struct CpuBackend {
     isa: Isa,
     /// The declared element type of the KV cache (`--kv-dtype`).
     kv_store: KvStore,
+    /// Q8 activations for the weight formats that have integer codes (`--act-dtype q8`).
+    q8_inputs: bool,
+    /// This CPU has AVX-512 VNNI (and the ISA in use is AVX-512): the Q8 path's fast kernel.
+    vnni: bool,
 }
 
 impl CpuBackend {
@@ -126,19 +134,33 @@ impl CpuBackend {
     pub fn new(num_threads: usize) -> Self {
         let n =
             if num_threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { num_threads };
-        CpuBackend { pool: Pool::new(n), isa: Isa::detect(), kv_store: KvStore::F32 }
+        let isa = Isa::detect();
+        CpuBackend { pool: Pool::new(n), isa, kv_store: KvStore::F32, q8_inputs: false, vnni: has_vnni(isa) }
     }
 
     /// The same, with an explicit instruction set (tests compare ISAs); an `Isa` value is proof
     /// that this CPU supports it.
     pub fn with_isa(num_threads: usize, isa: Isa) -> Self {
-        CpuBackend { isa, ..Self::new(num_threads) }
+        CpuBackend { isa, vnni: has_vnni(isa), ..Self::new(num_threads) }
     }
 
     /// The same, storing K and V in `store` (f32 by default; f16 and bf16 halve the cache and
     /// what attention reads, a declared precision the gate measures at its own floor).
     pub fn with_kv_store(self, store: KvStore) -> Self {
         CpuBackend { kv_store: store, ..self }
+    }
+
+    /// The same, taking activations as Q8 blocks in `linear` for the weight formats that have
+    /// integer codes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K): integer dot products, a declared
+    /// precision the gate measures at its own floor. Weights are repacked at load (about 0.75
+    /// bytes per weight beside the checkpoint's).
+    pub fn with_q8_inputs(self, on: bool) -> Self {
+        CpuBackend { q8_inputs: on, ..self }
+    }
+
+    /// Whether the Q8 path runs on VNNI instructions (else portable code with the same bits).
+    pub fn q8_on_vnni(&self) -> bool {
+        self.vnni
     }
 
     pub fn isa(&self) -> Isa {
@@ -163,6 +185,19 @@ impl CpuBackend {
     }
 }
 
+/// Whether the Q8 path may use VNNI under `isa` (only AVX-512 code calls that kernel).
+fn has_vnni(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa.kind() == IsaKind::Avx512 && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
@@ -171,7 +206,12 @@ impl Backend for CpuBackend {
     fn name(&self) -> String {
         let n = self.pool.num_threads();
         let kv = if self.kv_store == KvStore::F32 { String::new() } else { format!(", {} KV", self.kv_store.name()) };
-        format!("cpu ({:?}, {n} thread{}{kv})", self.isa, if n == 1 { "" } else { "s" })
+        let act = match (self.q8_inputs, self.vnni) {
+            (false, _) => "",
+            (true, true) => ", q8 activations on VNNI",
+            (true, false) => ", q8 activations",
+        };
+        format!("cpu ({:?}, {n} thread{}{kv}{act})", self.isa, if n == 1 { "" } else { "s" })
     }
 
     fn kind(&self) -> &'static str {
@@ -184,6 +224,10 @@ impl Backend for CpuBackend {
 
     fn kv_store(&self) -> KvStore {
         self.kv_store
+    }
+
+    fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
+        if self.q8_inputs && q8::supports(ty, k) { LinearInputs::Q8 } else { LinearInputs::F32 }
     }
 
     fn load_weight(&self, src: WeightSource) -> Result<CpuWeight, BackendError> {
@@ -208,6 +252,8 @@ impl Backend for CpuBackend {
             }
             None
         };
+        let q8 = (self.linear_inputs(src.ty, src.cols) == LinearInputs::Q8)
+            .then(|| q8::Q8Weight::repack(src.ty, src.rows, src.cols, &src.bytes, row_bytes as usize));
         Ok(CpuWeight {
             name: src.name,
             ty: src.ty,
@@ -216,6 +262,7 @@ impl Backend for CpuBackend {
             bytes: src.bytes,
             row_bytes: row_bytes as usize,
             dense,
+            q8,
         })
     }
 
@@ -303,7 +350,7 @@ impl LinearOps for CpuBackend {
                 linear::Product { x: &x.data, num_rows: x.rows, w, out: &mut out.data }
             })
             .collect();
-        linear::linear(&self.pool, self.isa, &mut products);
+        linear::linear(&self.pool, self.isa, self.vnni, &mut products);
     }
 
     fn embed(&self, ids: &[u32], table: &CpuWeight, out: &mut CpuTensor) {

@@ -8,8 +8,9 @@
 //! outputs, never the reduction.
 
 use crate::pool::Pool;
+use crate::q8::Q8Rows;
 use crate::simd::{F32x16, Isa, LANES, simd_dispatch};
-use crate::{CpuWeight, SharedOut, fused, weights};
+use crate::{CpuWeight, SharedOut, fused, q8, weights};
 use plumb_core::GgmlType;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,7 +30,9 @@ pub struct Product<'a> {
 /// Every product in one pool launch: the outputs of all of them form one range of tiles that
 /// threads take runs of. Products may share an input (q/k/v, gate/up) or each have their own
 /// (the experts of a MoE layer); each output is computed exactly as it would be alone.
-pub fn linear(pool: &Pool, isa: Isa, products: &mut [Product]) {
+/// Weights repacked for Q8 activations (`CpuWeight::q8`) take the Q8 path at any row count, on
+/// VNNI when `vnni` holds.
+pub fn linear(pool: &Pool, isa: Isa, vnni: bool, products: &mut [Product]) {
     for p in products.iter() {
         assert_eq!(p.x.len(), p.num_rows * p.w.cols, "linear: x has the wrong size for `{}`", p.w.name);
         assert_eq!(p.out.len(), p.num_rows * p.w.rows, "linear: out has the wrong size for `{}`", p.w.name);
@@ -38,8 +41,26 @@ pub fn linear(pool: &Pool, isa: Isa, products: &mut [Product]) {
     // and once per distinct input (`packed_of[i]`: product i's, or `None` when not fused).
     let mut packed: Vec<Vec<f32>> = Vec::new();
     let mut packed_of: Vec<Option<usize>> = Vec::with_capacity(products.len());
+    // Likewise the Q8 path's quantized rows, once per distinct input and layout.
+    let mut q8_rows: Vec<Q8Rows> = Vec::new();
+    let mut q8_of: Vec<Option<usize>> = Vec::with_capacity(products.len());
     for (i, p) in products.iter().enumerate() {
-        if !((1..=FUSED_MAX_ROWS).contains(&p.num_rows) && has_fused(p.w.ty)) {
+        let Some(w8) = &p.w.q8 else {
+            q8_of.push(None);
+            continue;
+        };
+        let same = (0..i).find(|&j| {
+            q8_of[j].is_some()
+                && std::ptr::eq(products[j].x, p.x)
+                && products[j].w.q8.as_ref().is_some_and(|o| o.data.layout == w8.data.layout)
+        });
+        q8_of.push(Some(same.and_then(|j| q8_of[j]).unwrap_or_else(|| {
+            q8_rows.push(Q8Rows::pack(isa, p.x, p.num_rows, p.w.cols, &w8.data.layout));
+            q8_rows.len() - 1
+        })));
+    }
+    for (i, p) in products.iter().enumerate() {
+        if q8_of[i].is_some() || !((1..=FUSED_MAX_ROWS).contains(&p.num_rows) && has_fused(p.w.ty)) {
             packed_of.push(None);
             continue;
         }
@@ -73,9 +94,13 @@ pub fn linear(pool: &Pool, isa: Isa, products: &mut [Product]) {
                     // Each run of tiles is one thread's, so threads own disjoint column ranges
                     // m_start..m_end of every row; the kernels borrow only those elements (see
                     // `SharedOut::part`).
-                    let packed = packed_of[i].map_or(&[][..], |j| &packed[j]);
-                    let part = Part { x: p.x, packed, num_rows: p.num_rows, w: p.w };
-                    linear_part(isa, &part, m_start, m_end, shared[i]);
+                    if let (Some(j), Some(w8)) = (q8_of[i], &p.w.q8) {
+                        q8::part(vnni, &q8_rows[j], p.num_rows, w8, p.w.rows, (m_start, m_end), shared[i]);
+                    } else {
+                        let packed = packed_of[i].map_or(&[][..], |j| &packed[j]);
+                        let part = Part { x: p.x, packed, num_rows: p.num_rows, w: p.w };
+                        linear_part(isa, &part, m_start, m_end, shared[i]);
+                    }
                 }
                 first += tiles[i];
             }

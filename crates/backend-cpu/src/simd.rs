@@ -8,6 +8,8 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni;
 
 /// Lanes per vector.
 pub const LANES: usize = 16;

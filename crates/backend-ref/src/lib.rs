@@ -19,7 +19,7 @@ use plumb_core::{
     HyperConnectionOps, KvSpec, KvStore, LaneStateOps, LaneStateStore, LinearInputs, LinearOps, MoeOps, RopeOps,
     ScoredMoeOps, Shape, WeightSource, dequantize,
 };
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::marker::PhantomData;
 
 /// [rows, cols] row-major values of type `T`.
@@ -56,9 +56,9 @@ pub struct RefKvCache<T> {
 #[derive(Debug)]
 pub struct RefBackend<T> {
     threads: usize,
-    /// Weights (format, K) whose `linear` takes activations rounded to bf16 — the declared
-    /// precision of a backend under test, so `RefBackend<f32>` gives that backend's floor.
-    bf16_inputs: HashSet<(GgmlType, usize)>,
+    /// Weights (format, K) whose `linear` takes its activations rounded (to bf16 or Q8 blocks):
+    /// the declared precision of a backend under test, so `RefBackend<f32>` gives its floor.
+    rounded_inputs: HashMap<(GgmlType, usize), LinearInputs>,
     /// The element type `write_kv` rounds K and V to: a backend under test's declared store.
     kv_store: KvStore,
     _float: PhantomData<T>,
@@ -67,7 +67,12 @@ pub struct RefBackend<T> {
 impl<T: RefFloat> RefBackend<T> {
     /// A backend whose `linear` splits outputs over `threads` threads (results do not depend on it).
     pub fn new(threads: usize) -> Self {
-        RefBackend { threads: threads.max(1), bf16_inputs: HashSet::new(), kv_store: KvStore::F32, _float: PhantomData }
+        RefBackend {
+            threads: threads.max(1),
+            rounded_inputs: HashMap::new(),
+            kv_store: KvStore::F32,
+            _float: PhantomData,
+        }
     }
 
     /// The same, with K and V stored rounded to `store`, as a backend declares it does
@@ -77,10 +82,10 @@ impl<T: RefFloat> RefBackend<T> {
         self
     }
 
-    /// The same, with `linear` rounding its activations to bf16 for weights of these (format, K),
-    /// as a backend declares it does ([`Backend::linear_inputs`]).
-    pub fn with_linear_inputs(mut self, bf16_inputs: impl IntoIterator<Item = (GgmlType, usize)>) -> Self {
-        self.bf16_inputs = bf16_inputs.into_iter().collect();
+    /// The same, with `linear` rounding its activations as given for weights of these
+    /// (format, K), as a backend declares it does ([`Backend::linear_inputs`]).
+    pub fn with_linear_inputs(mut self, declared: impl IntoIterator<Item = ((GgmlType, usize), LinearInputs)>) -> Self {
+        self.rounded_inputs = declared.into_iter().collect();
         self
     }
 }
@@ -110,8 +115,7 @@ impl<T: RefFloat> Backend for RefBackend<T> {
         let mut f = vec![0f32; src.rows * src.cols];
         dequantize(src.ty, &src.bytes, &mut f)
             .map_err(|e| BackendError::BadWeight { name: src.name.clone(), why: e.to_string() })?;
-        let linear_inputs =
-            if self.bf16_inputs.contains(&(src.ty, src.cols)) { LinearInputs::Bf16 } else { LinearInputs::F32 };
+        let linear_inputs = self.rounded_inputs.get(&(src.ty, src.cols)).copied().unwrap_or(LinearInputs::F32);
         let data = f.into_iter().map(|x| T::from_f64(x as f64)).collect();
         Ok(RefTensor { rows: src.rows, cols: src.cols, data, linear_inputs })
     }
@@ -244,7 +248,9 @@ impl<T: RefFloat> LinearOps for RefBackend<T> {
         let x_data = match w.linear_inputs {
             LinearInputs::F32 => &x.data,
             inputs => {
-                rounded = x.data.iter().map(|&v| T::from_f64(inputs.round(v.to_f64() as f32) as f64)).collect();
+                // Whole rows at a time: a Q8 block never spans two rows (K is a multiple of 32).
+                let x32: Vec<f32> = x.data.iter().map(|v| v.to_f64() as f32).collect();
+                rounded = inputs.apply_f64(&x32).into_iter().map(T::from_f64).collect();
                 &rounded
             }
         };

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use plumb_backend_cpu::CpuBackend;
 use plumb_backend_cuda::CudaBackend;
 use plumb_checkpoint::{Checkpoint, CheckpointRef};
-use plumb_core::{FullBackend, KvStore};
+use plumb_core::{FullBackend, KvStore, LinearInputs};
 use plumb_engine::Engine;
 use plumb_engine::load;
 use plumb_sampling::SamplingDefaults;
@@ -52,10 +52,24 @@ pub struct ModelArgs {
     /// backend at it.
     #[arg(long, value_name = "TYPE", value_parser = parse_kv_dtype)]
     pub kv_dtype: Option<KvStore>,
+    /// The element type linear layers take their activations in, on the CPU: `f32` (default) or
+    /// `q8` (blocks of 32 int8 values with an f32 scale, as llama.cpp's Q8 activations, for
+    /// weights in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K: integer dot products, on VNNI
+    /// where the CPU has it). A declared precision: `plumb check` gates the backend at it.
+    #[arg(long, value_name = "TYPE", value_parser = parse_act_dtype)]
+    pub act_dtype: Option<LinearInputs>,
 }
 
 fn parse_kv_dtype(s: &str) -> Result<KvStore, String> {
     KvStore::parse(s).ok_or_else(|| format!("`{s}` is not a KV element type: use f32, f16 or bf16"))
+}
+
+fn parse_act_dtype(s: &str) -> Result<LinearInputs, String> {
+    match s {
+        "f32" => Ok(LinearInputs::F32),
+        "q8" => Ok(LinearInputs::Q8),
+        _ => Err(format!("`{s}` is not an activation element type: use f32 or q8")),
+    }
 }
 
 /// How many requests an engine runs at once and the KV room they share.
@@ -147,7 +161,9 @@ impl OpenBackend for CpuBackend {
             );
         }
         warn_threads(args.threads);
-        Ok(CpuBackend::new(args.threads).with_kv_store(args.kv_dtype.unwrap_or_default()))
+        Ok(CpuBackend::new(args.threads)
+            .with_kv_store(args.kv_dtype.unwrap_or_default())
+            .with_q8_inputs(args.act_dtype == Some(LinearInputs::Q8)))
     }
     fn threads(&self) -> Option<usize> {
         Some(self.num_threads())
@@ -157,6 +173,11 @@ impl OpenBackend for CpuBackend {
 impl OpenBackend for CudaBackend {
     fn open(args: &ModelArgs) -> Result<Self> {
         let Device::Cuda(ordinal) = args.device else { anyhow::bail!("the CUDA backend needs --device cuda") };
+        if args.act_dtype == Some(LinearInputs::Q8) {
+            anyhow::bail!(
+                "--act-dtype q8 runs on the CPU only (the CUDA backend declares its own: bf16 on tensor cores)"
+            );
+        }
         let backend = CudaBackend::new(ordinal)?;
         // The flag, else the backend's own setting (`PLUMB_CUDA_KV`, else f32).
         if let Some(store) = args.kv_dtype {

@@ -56,14 +56,33 @@ pub enum LinearInputs {
     /// Each activation is rounded to bf16 (to nearest, ties to even) first; products and sums
     /// stay f32.
     Bf16,
+    /// Each block of 32 activations of a row becomes int8 codes and one f32 scale
+    /// ([`crate::q8`]), so the products can be integer dot products (llama.cpp's Q8 activations).
+    Q8,
 }
 
 impl LinearInputs {
-    /// `x` as the products see it.
-    pub fn round(self, x: f32) -> f32 {
+    /// Rows of activations (K a multiple of 32 for `Q8`) as the products see them, in float64,
+    /// which holds every rounded value exactly.
+    pub fn apply_f64(self, x: &[f32]) -> Vec<f64> {
         match self {
-            LinearInputs::F32 => x,
-            LinearInputs::Bf16 => half::bf16::from_f32(x).to_f32(),
+            LinearInputs::F32 => x.iter().map(|&v| v as f64).collect(),
+            LinearInputs::Bf16 => x.iter().map(|&v| half::bf16::from_f32(v).to_f64()).collect(),
+            LinearInputs::Q8 => crate::q8::round_trip_f64(x),
+        }
+    }
+
+    /// `apply_f64` rounded back to f32 (exact for f32 and bf16; within half an f32 ulp for Q8).
+    pub fn apply(self, x: &[f32]) -> Vec<f32> {
+        self.apply_f64(x).into_iter().map(|v| v as f32).collect()
+    }
+
+    /// The name `--act-dtype` takes and receipts print: `f32`, `bf16`, `q8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearInputs::F32 => "f32",
+            LinearInputs::Bf16 => "bf16",
+            LinearInputs::Q8 => "q8",
         }
     }
 }
@@ -130,8 +149,8 @@ pub trait Backend: Send + Sync {
     /// Whether `linear`/`embed` accept weights of type `ty`.
     fn supports(&self, ty: GgmlType) -> bool;
     /// The declared precision of `linear`'s activation input for a weight of type `ty` with `k`
-    /// columns: f32 (the default) or rounded to bf16 as it enters the products (tensor-core
-    /// GEMMs). Conformance and the whole-model gate measure the backend against the reference
+    /// columns: f32 (the default), rounded to bf16 as it enters the products (tensor-core
+    /// GEMMs) or quantized to Q8 blocks (integer dot products). Conformance and the whole-model gate measure the backend against the reference
     /// run at this precision, so a declaration is checked, never a silent loss.
     fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
         let _ = (ty, k);

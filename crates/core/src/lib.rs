@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod lane_state;
 pub mod logprobs;
 pub mod pick;
+pub mod q8;
 pub mod quant;
 
 pub use backend::{

@@ -116,7 +116,7 @@ fn linear_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Ca
             p.b.linear(&p.b.upload(&x, num_rows, k), &w, &mut got);
             // The reference takes the activations as the backend declares its products see them.
             let inputs = p.b.linear_inputs(ty, k);
-            let x: Vec<f32> = x.iter().map(|&v| inputs.round(v)).collect();
+            let x: Vec<f32> = inputs.apply(&x);
             let mut want = p.r.tensor(num_rows, m);
             p.r.linear(&p.r.upload(&x, num_rows, k), &wr, &mut want);
             // Backward error needs |x|·|w|: the reference's dequantized weights, in float64.
@@ -151,7 +151,7 @@ fn linear_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<Ca
     let types = [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16];
     for (i, (g, w)) in [(&g1, &r1), (&g2, &r2), (&g3, &r3)].into_iter().enumerate() {
         let inputs = p.b.linear_inputs(types[i], 256);
-        let xi: Vec<f32> = x.iter().map(|&v| inputs.round(v)).collect();
+        let xi: Vec<f32> = inputs.apply(&x);
         let mut want = p.r.tensor(5, w.rows);
         p.r.linear(&p.r.upload(&xi, 5, 256), w, &mut want);
         let (gv, wv, written) = p.compare(g, &want);

@@ -88,13 +88,13 @@ fn lane_chunk(lane: usize, step: usize) -> usize {
     [5, 64, 1, 17, 3][(lane + step) % 5]
 }
 
-/// The (format, K) of the checkpoint's weights for which `backend` declares bf16 activations.
-fn declared_bf16_inputs<B: Backend>(file: &CheckpointRef<'_>, backend: &B) -> Vec<(GgmlType, usize)> {
+/// The (format, K) of the checkpoint's weights for which `backend` declares rounded activations.
+fn declared_inputs<B: Backend>(file: &CheckpointRef<'_>, backend: &B) -> Vec<((GgmlType, usize), LinearInputs)> {
     file.weight_names()
         .iter()
         .filter_map(|name| file.weight(name).ok().flatten())
-        .map(|w| (w.ty, w.cols))
-        .filter(|&(ty, k)| backend.linear_inputs(ty, k) == LinearInputs::Bf16)
+        .map(|w| ((w.ty, w.cols), backend.linear_inputs(w.ty, w.cols)))
+        .filter(|&(_, inputs)| inputs != LinearInputs::F32)
         .collect()
 }
 
@@ -111,10 +111,11 @@ pub fn run_gate<'c, B: FullBackend + 'static>(
     let max_len = controls.iter().map(|c| c.prompt.len() + c.gen_len).max().unwrap_or(1);
     let f64_backend = RefBackend::<f64>::new(ref_threads);
     // The floor is float32 at the backend's declared precision: weights whose `linear` it says
-    // takes bf16 activations take them in the floor too, and K/V are stored as it stores them.
-    let bf16_inputs = declared_bf16_inputs(&file, backend);
+    // takes rounded (bf16 or Q8) activations take them in the floor too, and K/V are stored as
+    // it stores them.
+    let declared = declared_inputs(&file, backend);
     let f32_backend =
-        RefBackend::<f32>::new(ref_threads).with_linear_inputs(bf16_inputs).with_kv_store(backend.kv_store());
+        RefBackend::<f32>::new(ref_threads).with_linear_inputs(declared).with_kv_store(backend.kv_store());
     let mut truth = Runner::new(file, &f64_backend, max_len, 1)?;
     let vocab = truth.model.config().vocab_size;
     let mut floor = Runner::new(file, &f32_backend, max_len, 1)?;

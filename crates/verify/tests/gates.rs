@@ -26,7 +26,7 @@ fn seed() -> u64 {
 }
 
 fn faulty(fault: Fault) -> Faulty {
-    Faulty { inner: CpuBackend::new(1), fault }
+    Faulty { inner: CpuBackend::new(1).with_q8_inputs(matches!(fault, Fault::Q8Inputs(_))), fault }
 }
 
 fn failing(results: &[CaseResult]) -> Vec<String> {
@@ -161,6 +161,22 @@ fn declared_precision_is_gated(declared: Fault, silent: Fault, floor_factor: f64
 fn a_declared_bf16_input_precision_is_gated_at_its_own_floor_and_an_undeclared_one_fails() {
     // The floor is float32 with bf16 activations: far above plain float32's.
     declared_precision_is_gated(Fault::Bf16Inputs(true), Fault::Bf16Inputs(false), 100.0, "linear [");
+}
+
+#[test]
+fn declared_q8_inputs_are_gated_at_their_own_floor_and_undeclared_ones_fail() {
+    // The floor is float32 with Q8 activation blocks: far above plain float32's.
+    declared_precision_is_gated(Fault::Q8Inputs(true), Fault::Q8Inputs(false), 100.0, "linear [");
+}
+
+/// Q8 activations pass conformance on every instruction set (VNNI and portable kernels).
+#[test]
+fn cpu_backend_with_q8_inputs_passes_every_conformance_case_on_every_isa() {
+    for isa in plumb_backend_cpu::Isa::available() {
+        let backend = CpuBackend::with_isa(2, isa).with_q8_inputs(true);
+        eprintln!("== {isa:?}, q8 on VNNI: {} ==", backend.q8_on_vnni());
+        check_conformance(&backend);
+    }
 }
 
 #[test]

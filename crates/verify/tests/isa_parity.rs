@@ -175,3 +175,42 @@ fn attention_same_on(bs: &[CpuBackend], store: KvStore) {
         });
     }
 }
+
+/// Q8 activations (`--act-dtype q8`): the VNNI kernel and the portable one give the same bits,
+/// every row equals the row alone, and a non-finite input reaches its own row's outputs only.
+/// K covers full 16-block groups and padded tail groups of 1, 2, 4 and 8 blocks.
+#[test]
+fn q8_linear_is_identical_on_every_isa_and_every_row_equals_the_row_alone() {
+    let bs: Vec<CpuBackend> = backends().into_iter().map(|b| b.with_q8_inputs(true)).collect();
+    eprintln!("q8 on VNNI: {:?}", bs.iter().map(|b| b.q8_on_vnni()).collect::<Vec<_>>());
+    let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+    let k_types = [GgmlType::Q4_K, GgmlType::Q5_K];
+    let cases = types.iter().flat_map(|&ty| [32, 64, 96, 544, 576, 1536].map(|k| (ty, k)));
+    for (ty, k) in cases.chain(k_types.iter().flat_map(|&ty| [256, 768, 1280].map(|k| (ty, k)))) {
+        assert_eq!(bs[0].linear_inputs(ty, k), LinearInputs::Q8, "{ty} K={k}");
+        for m in [1, 13] {
+            let rows = 9;
+            let x = activations(&mut Rng::new((k + m) as u64), rows, k, Spread::DynamicRange);
+            same_on_every_isa(&format!("q8 linear {ty} {rows}x{k}·{m}x{k}"), &bs, |b| {
+                let w = weight(b, ty, m, k, ty.id() as u64 * 100 + m as u64);
+                let mut out = b.tensor(rows, m);
+                b.linear(&b.upload(&x, rows, k), &w, &mut out);
+                for r in 0..rows {
+                    let mut alone = b.tensor(1, m);
+                    b.linear(&b.upload(&x[r * k..(r + 1) * k], 1, k), &w, &mut alone);
+                    assert_eq!(bits(&alone), bits(&out)[r * m..(r + 1) * m], "{ty} K={k}: row {r} of {rows} alone");
+                }
+                bits(&out)
+            });
+        }
+    }
+    let b = &bs[0];
+    let (k, m) = (576, 5);
+    let w = weight(b, GgmlType::Q4_1, m, k, 3);
+    let mut x = activations(&mut Rng::new(4), 3, k, Spread::Normal);
+    x[k + 100] = f32::NAN;
+    let mut out = b.tensor(3, m);
+    b.linear(&b.upload(&x, 3, k), &w, &mut out);
+    assert!(out.data[m..2 * m].iter().all(|v| v.is_nan()), "{:?}", &out.data[m..2 * m]);
+    assert!(out.data[..m].iter().chain(&out.data[2 * m..]).all(|v| v.is_finite()));
+}

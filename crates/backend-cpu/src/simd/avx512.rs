@@ -7,7 +7,7 @@ use super::F32x16;
 use std::arch::x86_64::*;
 
 #[derive(Clone, Copy, Debug)]
-pub struct Avx512(__m512);
+pub struct Avx512(pub(crate) __m512);
 
 /// The four f16 values at `q[0..8]`, widened exactly.
 #[inline(always)]

@@ -161,7 +161,7 @@ fn compressed_cases<B: FullBackend>(p: &Pair<'_, B>, ops: Compressed<'_, B>, rng
         ops.grouped_linear(&p.b.upload(&x, 3, groups * k), &wb, groups, &mut got);
         // The reference takes the activations as the backend declares its products see them.
         let inputs = p.b.linear_inputs(ty, k);
-        let xr: Vec<f32> = x.iter().map(|&v| inputs.round(v)).collect();
+        let xr: Vec<f32> = inputs.apply(&x);
         let mut want = p.r.tensor(3, groups * r);
         p.r.grouped_linear(&p.r.upload(&xr, 3, groups * k), &wr, groups, &mut want);
         let (g, w, written) = p.compare(&got, &want);

@@ -35,6 +35,9 @@ pub enum Fault {
     /// `write_kv` stores K and V rounded to f16 (as a 16-bit KV cache does), declaring it
     /// through `kv_store` when `true`.
     F16Kv(bool),
+    /// `linear` takes Q8 activations (an inner backend built `with_q8_inputs`), declaring them
+    /// through `linear_inputs` when `true`.
+    Q8Inputs(bool),
 }
 
 #[derive(Debug)]
@@ -62,6 +65,7 @@ impl Backend for Faulty {
     fn linear_inputs(&self, ty: GgmlType, k: usize) -> LinearInputs {
         match self.fault {
             Fault::Bf16Inputs(true) if k.is_multiple_of(8) => LinearInputs::Bf16,
+            Fault::Q8Inputs(false) => LinearInputs::F32,
             _ => self.inner.linear_inputs(ty, k),
         }
     }
@@ -153,7 +157,7 @@ impl LinearOps for Faulty {
             return;
         }
         if matches!(self.fault, Fault::Bf16Inputs(_)) && w.cols.is_multiple_of(8) {
-            let rounded: Vec<f32> = x.data.iter().map(|&v| LinearInputs::Bf16.round(v)).collect();
+            let rounded: Vec<f32> = LinearInputs::Bf16.apply(&x.data);
             self.inner.linear(&self.inner.upload(&rounded, x.rows, x.cols), w, out);
             return;
         }

@@ -1,0 +1,458 @@
+//! `linear` at the declared precision Q8 (`--act-dtype q8`): each input row is cut into blocks of
+//! 32 int8 codes with an f32 scale (`plumb_core::q8`), each weight into blocks of unsigned codes
+//! with an f32 scale and min (w = d·(u − offset) + m), and every block pair meets in an exact
+//! integer dot product — VNNI's `vpdpbusd` on CPUs that have it, a portable loop elsewhere.
+//!
+//! Layout: a row's blocks form groups of 16 (the last group: the next power of two that holds
+//! the rest, padded with zero blocks). Lane L of a group's 16 i32 lanes belongs to block L mod G
+//! and sums 4 bytes per step over G/2 steps of 64 bytes, so a whole block's products end in the
+//! lanes of that block and one f32 epilogue per group covers 16 blocks ([`place`]).
+//! Weights are repacked into that layout at load; activations are packed per launch.
+//!
+//! Arithmetic contract (every ISA, bit for bit): for output (r, c), per group in order,
+//! `isum = Σ u·q − offset·Σ q` per lane (exact), then `acc = fma(isum, d_w·d_a, acc)` and, for
+//! formats with a min, `acc = fma(m_w, d_a·Σq, acc)`, lane by lane; then the fixed `hsum` tree.
+//! A row's result depends on its own values only, whatever the batch, the tile or the thread.
+
+use crate::SharedOut;
+use crate::aligned::Aligned;
+use crate::simd::scalar::Scalar;
+use crate::simd::{F32x16, Isa, simd_dispatch};
+use plumb_core::GgmlType;
+use plumb_core::q8::{Q8_BLOCK, Q8_MAX};
+use plumb_core::quant::{f16_at, k_scale_min};
+use std::sync::Arc;
+
+/// i32 lanes per group (one 512-bit register).
+pub(crate) const LANES: usize = 16;
+/// Bytes of one step of one row (one `vpdpbusd` operand).
+pub(crate) const STEP: usize = 64;
+
+/// How a weight format's blocks become Q8-path codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Format {
+    /// Codes fit in four bits and are stored two per byte.
+    pub nibbles: bool,
+    /// The signed code is u − offset (the integer part of the epilogue subtracts offset·Σq).
+    pub offset: i32,
+    /// Blocks carry an additive min.
+    pub has_min: bool,
+}
+
+/// The Q8 path's view of `ty`, if it has one (Q6_K's 16-value scales and float formats do not).
+pub(crate) fn format(ty: GgmlType) -> Option<Format> {
+    let (nibbles, offset, has_min) = match ty {
+        GgmlType::Q4_0 => (true, 8, false),
+        GgmlType::Q4_1 | GgmlType::Q4_K => (true, 0, true),
+        GgmlType::Q5_0 => (false, 16, false),
+        GgmlType::Q5_1 | GgmlType::Q5_K => (false, 0, true),
+        GgmlType::Q8_0 => (false, 128, false),
+        _ => return None,
+    };
+    Some(Format { nibbles, offset, has_min })
+}
+
+/// Whether `linear` can take Q8 activations for a weight of `ty` with `k` columns.
+pub(crate) fn supports(ty: GgmlType, k: usize) -> bool {
+    format(ty).is_some() && ty.bytes_for(k as u64).is_some() && k.is_multiple_of(Q8_BLOCK)
+}
+
+/// Block `block` (0-based, in units of 32 values) of a row of `ty`: its 32 unsigned codes, scale
+/// and min, with w = d·(u − offset) + m exactly (d and m are products of at most 17 significant
+/// bits, exact in f32).
+fn block_codes(ty: GgmlType, row: &[u8], block: usize) -> ([u8; 32], f32, f32) {
+    let mut u = [0u8; 32];
+    let nib = |qs: &[u8], i: usize, high: bool| if high { qs[i] >> 4 } else { qs[i] & 0x0F };
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let size = if ty == GgmlType::Q4_0 { 18 } else { 20 };
+            let b = &row[block * size..][..size];
+            let qs = &b[size - 16..];
+            for (i, v) in u.iter_mut().enumerate() {
+                *v = nib(qs, i % 16, i >= 16);
+            }
+            let m = if ty == GgmlType::Q4_1 { f16_at(b, 2) } else { 0.0 };
+            (u, f16_at(b, 0), m)
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let size = if ty == GgmlType::Q5_0 { 22 } else { 24 };
+            let b = &row[block * size..][..size];
+            let qh_at = if ty == GgmlType::Q5_0 { 2 } else { 4 };
+            let qh = u32::from_le_bytes(b[qh_at..qh_at + 4].try_into().expect("4 bytes"));
+            let qs = &b[qh_at + 4..];
+            for (i, v) in u.iter_mut().enumerate() {
+                *v = nib(qs, i % 16, i >= 16) | ((((qh >> i) & 1) as u8) << 4);
+            }
+            let m = if ty == GgmlType::Q5_1 { f16_at(b, 2) } else { 0.0 };
+            (u, f16_at(b, 0), m)
+        }
+        GgmlType::Q8_0 => {
+            let b = &row[block * 34..][..34];
+            for (v, &q) in u.iter_mut().zip(&b[2..]) {
+                *v = (q as i8 as i32 + 128) as u8;
+            }
+            (u, f16_at(b, 0), 0.0)
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let size = if ty == GgmlType::Q4_K { 144 } else { 176 };
+            let (b, sub) = (&row[(block / 8) * size..][..size], block % 8);
+            let (sc, mn) = k_scale_min(&b[4..16]);
+            let (qh, qs) = if ty == GgmlType::Q4_K { (&[][..], &b[16..144]) } else { (&b[16..48], &b[48..176]) };
+            for (l, v) in u.iter_mut().enumerate() {
+                let low = (qs[(sub / 2) * 32 + l] >> (4 * (sub % 2))) & 0x0F;
+                let high = if qh.is_empty() { 0 } else { (qh[l] >> sub) & 1 };
+                *v = low | (high << 4);
+            }
+            (u, f16_at(b, 0) * sc[sub] as f32, -(f16_at(b, 2) * mn[sub] as f32))
+        }
+        _ => unreachable!("{ty} has no Q8 codes"),
+    }
+}
+
+/// The groups of a row of `num_blocks` blocks: (first block, blocks G, first step).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub groups: Vec<(usize, usize, usize)>,
+    pub num_steps: usize,
+}
+
+impl Layout {
+    pub fn new(num_blocks: usize) -> Layout {
+        let (mut groups, mut first, mut step) = (Vec::new(), 0, 0);
+        while first < num_blocks {
+            let g = (num_blocks - first).min(LANES).next_power_of_two();
+            groups.push((first, g, step));
+            first += g;
+            step += steps(g);
+        }
+        Layout { groups, num_steps: step }
+    }
+}
+
+/// Steps of a group of `g` blocks (32·g bytes, 64 a step; one for a lone block, half padding).
+pub(crate) fn steps(g: usize) -> usize {
+    (g / 2).max(1)
+}
+
+/// Where byte `j` (0..4) of lane `lane` at step `s` of a group of `g` blocks comes from: (block
+/// in the group, value in the block), or `None` for padding.
+pub(crate) fn place(g: usize, s: usize, lane: usize, j: usize) -> Option<(usize, usize)> {
+    let at = 4 * (s * (LANES / g) + lane / g) + j;
+    (at < Q8_BLOCK).then_some((lane % g, at))
+}
+
+/// A weight repacked for the Q8 path (shared by the slices `grouped_linear` takes).
+#[derive(Debug)]
+pub(crate) struct Q8Data {
+    pub format: Format,
+    pub layout: Layout,
+    /// Bytes of one step of one row: 32 (nibbles: value i < 32 in the low half of byte i, value
+    /// 32 + i in its high half) or 64.
+    pub step_bytes: usize,
+    /// [rows, num_steps, step_bytes]
+    pub codes: Aligned<u8>,
+    /// [rows, groups, 16]: lane L holds the scale of its block (L mod G).
+    pub scales: Aligned<f32>,
+    /// [rows, groups, 16], as `scales`; empty without mins.
+    pub mins: Aligned<f32>,
+}
+
+/// Rows `first_row..` of a repacked weight.
+#[derive(Clone, Debug)]
+pub(crate) struct Q8Weight {
+    pub data: Arc<Q8Data>,
+    pub first_row: usize,
+}
+
+impl Q8Weight {
+    /// Repacks `rows` rows of `row_bytes` bytes of `ty` (`supports(ty, cols)` must hold).
+    pub fn repack(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], row_bytes: usize) -> Q8Weight {
+        let format = format(ty).expect("a Q8-path format");
+        let layout = Layout::new(cols / Q8_BLOCK);
+        let step_bytes = if format.nibbles { STEP / 2 } else { STEP };
+        let num_groups = layout.groups.len();
+        let mut codes = Aligned::<u8>::zeroed(rows * layout.num_steps * step_bytes);
+        let mut scales = Aligned::<f32>::zeroed(rows * num_groups * LANES);
+        let mut mins = Aligned::<f32>::zeroed(if format.has_min { rows * num_groups * LANES } else { 0 });
+        for r in 0..rows {
+            let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+            for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
+                let blocks: Vec<_> =
+                    (0..g).map(|b| (first + b < cols / Q8_BLOCK).then(|| block_codes(ty, row, first + b))).collect();
+                for lane in 0..LANES {
+                    let at = (r * num_groups + gi) * LANES + lane;
+                    if let Some((_, d, m)) = blocks[lane % g] {
+                        scales[at] = d;
+                        if format.has_min {
+                            mins[at] = m;
+                        }
+                    }
+                }
+                for s in 0..steps(g) {
+                    let step = &mut codes[(r * layout.num_steps + step0 + s) * step_bytes..][..step_bytes];
+                    for lane in 0..LANES {
+                        for j in 0..4 {
+                            let Some((b, v)) = place(g, s, lane, j) else { continue };
+                            let Some((u, _, _)) = blocks[b] else { continue };
+                            let i = 4 * lane + j;
+                            if format.nibbles {
+                                step[i % 32] |= u[v] << (4 * (i / 32));
+                            } else {
+                                step[i] = u[v];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let data = Q8Data { format, layout, step_bytes, codes, scales, mins };
+        Q8Weight { data: Arc::new(data), first_row: 0 }
+    }
+
+    /// The rows from `first` on, as a weight of their own (the caller bounds them).
+    pub fn slice(&self, first: usize) -> Q8Weight {
+        Q8Weight { data: self.data.clone(), first_row: self.first_row + first }
+    }
+
+    /// Hints the CPU to bring row `c` (codes, scales and mins) into cache.
+    #[inline(always)]
+    pub fn prefetch_row(&self, c: usize) {
+        let d = &*self.data;
+        let (row, lanes) = (self.first_row + c, d.layout.groups.len() * LANES);
+        let codes = d.layout.num_steps * d.step_bytes;
+        crate::linear::prefetch(&d.codes[row * codes..(row + 1) * codes]);
+        crate::linear::prefetch(&d.scales[row * lanes..(row + 1) * lanes]);
+        if d.format.has_min {
+            crate::linear::prefetch(&d.mins[row * lanes..(row + 1) * lanes]);
+        }
+    }
+
+    /// Row `c`'s codes of step `s` (global step index).
+    #[inline(always)]
+    pub fn step(&self, c: usize, s: usize) -> &[u8] {
+        let d = &*self.data;
+        &d.codes[((self.first_row + c) * d.layout.num_steps + s) * d.step_bytes..][..d.step_bytes]
+    }
+
+    /// Row `c`'s 16 lane scales (or mins) of group `g`.
+    #[inline(always)]
+    pub fn lanes<'a>(&self, of: &'a [f32], c: usize, g: usize) -> &'a [f32] {
+        &of[((self.first_row + c) * self.data.layout.groups.len() + g) * LANES..][..LANES]
+    }
+}
+
+/// Input rows packed for the Q8 path, in the weight layout.
+pub(crate) struct Q8Rows {
+    pub num_steps: usize,
+    pub num_groups: usize,
+    /// [rows, num_steps, 64] signed codes.
+    pub codes: Aligned<i8>,
+    /// [rows, groups, 16]: the scale of the lane's block.
+    pub scales: Aligned<f32>,
+    /// [rows, groups, 16]: Σ of the lane's codes (exact).
+    pub code_sums: Aligned<i32>,
+    /// [rows, groups, 16]: scale · Σ of the lane's codes (one rounding).
+    pub scaled_sums: Aligned<f32>,
+}
+
+impl Q8Rows {
+    /// Quantizes `x` [num_rows, k] block by block (`plumb_core::q8`'s definition, vectorized
+    /// with the same bits) into `layout`.
+    pub fn pack(isa: Isa, x: &[f32], num_rows: usize, k: usize, layout: &Layout) -> Q8Rows {
+        assert!(k.is_multiple_of(Q8_BLOCK) && x.len() == num_rows * k, "Q8 rows: x is not [{num_rows}, {k}]");
+        let (num_steps, num_groups) = (layout.num_steps, layout.groups.len());
+        let num_blocks = k / Q8_BLOCK;
+        let mut codes = Aligned::<i8>::zeroed(num_rows * num_steps * STEP);
+        let mut scales = Aligned::<f32>::zeroed(num_rows * num_groups * LANES);
+        let mut code_sums = Aligned::<i32>::zeroed(num_rows * num_groups * LANES);
+        let mut scaled_sums = Aligned::<f32>::zeroed(num_rows * num_groups * LANES);
+        let (mut block_codes, mut block_scales) = (vec![0i8; k], vec![0f32; num_blocks]);
+        for r in 0..num_rows {
+            quantize_row(isa, &x[r * k..(r + 1) * k], &mut block_codes, &mut block_scales);
+            let row_codes = &mut codes[r * num_steps * STEP..][..num_steps * STEP];
+            for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
+                let at = (r * num_groups + gi) * LANES;
+                // Dword t of block b goes to lane (t mod per)·g + b of step t / per (`place`).
+                let per = LANES / g;
+                for b in 0..g.min(num_blocks - first) {
+                    let src = &block_codes[(first + b) * Q8_BLOCK..][..Q8_BLOCK];
+                    for t in 0..Q8_BLOCK / 4 {
+                        let (s, lane) = (t / per, (t % per) * g + b);
+                        let four = &src[4 * t..4 * t + 4];
+                        row_codes[(step0 + s) * STEP + 4 * lane..][..4].copy_from_slice(four);
+                        code_sums[at + lane] += four.iter().map(|&q| q as i32).sum::<i32>();
+                    }
+                }
+                for lane in 0..LANES {
+                    let b = first + lane % g;
+                    let scale = if b < num_blocks { block_scales[b] } else { 0.0 };
+                    scales[at + lane] = scale;
+                    scaled_sums[at + lane] = scale * code_sums[at + lane] as f32;
+                }
+            }
+        }
+        Q8Rows { num_steps, num_groups, codes, scales, code_sums, scaled_sums }
+    }
+
+    #[inline(always)]
+    pub fn step(&self, r: usize, s: usize) -> &[i8] {
+        &self.codes[(r * self.num_steps + s) * STEP..][..STEP]
+    }
+
+    #[inline(always)]
+    pub fn lanes<'a, T>(&self, of: &'a [T], r: usize, g: usize) -> &'a [T] {
+        &of[(r * self.num_groups + g) * LANES..][..LANES]
+    }
+}
+
+simd_dispatch! {
+    /// `plumb_core::q8::quantize` of one row, bit for bit: codes [k], a scale per block.
+    pub(crate) fn quantize_row(x: &[f32], codes: &mut [i8], scales: &mut [f32]) => quantize_row_kernel
+}
+
+#[inline(always)]
+fn quantize_row_kernel<S: F32x16>(x: &[f32], codes: &mut [i8], scales: &mut [f32]) {
+    let mut q = [0f32; Q8_BLOCK];
+    for ((xb, cb), scale) in x.chunks_exact(Q8_BLOCK).zip(codes.chunks_exact_mut(Q8_BLOCK)).zip(scales.iter_mut()) {
+        let (lo, hi) = (S::load(xb), S::load(&xb[16..]));
+        // x − x is 0 for every finite value and NaN otherwise: a NaN sum flags the block.
+        if lo.sub(lo).add(hi.sub(hi)).hsum().is_nan() {
+            *scale = f32::NAN;
+            cb.fill(0);
+            continue;
+        }
+        let zero = S::zero();
+        let amax = lo.max(zero.sub(lo)).max(hi.max(zero.sub(hi))).hmax();
+        *scale = amax / Q8_MAX;
+        if *scale == 0.0 {
+            cb.fill(0);
+            continue;
+        }
+        // |x / scale| ≤ 127 up to one rounding, which the clamp absorbs (as the definition's).
+        let (d, top) = (S::splat(*scale), S::splat(Q8_MAX));
+        lo.div(d).round().min(top).max(zero.sub(top)).store(&mut q);
+        hi.div(d).round().min(top).max(zero.sub(top)).store(&mut q[16..]);
+        for (c, &v) in cb.iter_mut().zip(&q) {
+            *c = v as i8;
+        }
+    }
+}
+
+/// Columns `m_start..m_end` of every row of `out` [num_rows, m] = x · wᵀ on the Q8 path, with the
+/// VNNI kernel when `vnni` holds, else portable code (the same bits).
+pub(crate) fn part(
+    vnni: bool,
+    x: &Q8Rows,
+    num_rows: usize,
+    w: &Q8Weight,
+    m: usize,
+    cols: (usize, usize),
+    out: SharedOut,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if vnni {
+        // SAFETY: `vnni` is true only where the backend saw avx512f/bw/vl/dq and avx512vnni.
+        return unsafe { crate::simd::vnni::q8_part(x, num_rows, w, m, cols, out) };
+    }
+    let _ = vnni;
+    for r in 0..num_rows {
+        for c in cols.0..cols.1 {
+            let dot = dot_portable(x, r, w, c);
+            // SAFETY: columns m_start..m_end of every row belong to the calling thread.
+            (unsafe { out.part(r * m + c, 1) })[0] = dot;
+        }
+    }
+}
+
+/// One output by the arithmetic contract, lane by lane.
+pub(crate) fn dot_portable(x: &Q8Rows, r: usize, w: &Q8Weight, c: usize) -> f32 {
+    let d = &*w.data;
+    let mut acc = [0f32; LANES];
+    for (gi, &(_, g, step0)) in d.layout.groups.iter().enumerate() {
+        let mut isum = [0i32; LANES];
+        for (i, &q) in isum.iter_mut().zip(x.lanes(&x.code_sums, r, gi)) {
+            *i = -d.format.offset * q;
+        }
+        for s in step0..step0 + steps(g) {
+            let (u, q) = (w.step(c, s), x.step(r, s));
+            for (lane, i) in isum.iter_mut().enumerate() {
+                for j in 0..4 {
+                    let at = 4 * lane + j;
+                    let code = if d.format.nibbles { (u[at % 32] >> (4 * (at / 32))) & 0x0F } else { u[at] };
+                    *i += code as i32 * q[at] as i32;
+                }
+            }
+        }
+        let (dw, da) = (w.lanes(&d.scales, c, gi), x.lanes(&x.scales, r, gi));
+        for lane in 0..LANES {
+            acc[lane] = (isum[lane] as f32).mul_add(dw[lane] * da[lane], acc[lane]);
+        }
+        if d.format.has_min {
+            let (mw, sa) = (w.lanes(&d.mins, c, gi), x.lanes(&x.scaled_sums, r, gi));
+            for lane in 0..LANES {
+                acc[lane] = mw[lane].mul_add(sa[lane], acc[lane]);
+            }
+        }
+    }
+    Scalar::load(&acc).hsum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_quantization_equals_the_definition_on_every_isa() {
+        let mut seed = 99u64;
+        let mut x: Vec<f32> = (0..32 * 40)
+            .map(|i| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let u = (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                u * 10f32.powi((i % 9) - 4)
+            })
+            .collect();
+        x[32..64].fill(0.0);
+        x[70] = f32::NAN;
+        x[100] = f32::NEG_INFINITY;
+        x[130] = -0.0;
+        // Values on half steps: ties go to even.
+        for (i, v) in x[160..192].iter_mut().enumerate() {
+            *v = i as f32 - 15.5;
+        }
+        let want = plumb_core::q8::quantize(&x);
+        for isa in Isa::available() {
+            let (mut codes, mut scales) = (vec![0i8; x.len()], vec![0f32; x.len() / 32]);
+            quantize_row(isa, &x, &mut codes, &mut scales);
+            for (b, w) in want.iter().enumerate() {
+                assert_eq!(scales[b].to_bits(), w.scale.to_bits(), "{isa:?} block {b}");
+                assert_eq!(&codes[b * 32..(b + 1) * 32], &w.codes[..], "{isa:?} block {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_value_of_a_group_has_one_place() {
+        for g in [1, 2, 4, 8, 16] {
+            let mut seen = vec![0; g * Q8_BLOCK];
+            for s in 0..steps(g) {
+                for lane in 0..LANES {
+                    for j in 0..4 {
+                        if let Some((b, v)) = place(g, s, lane, j) {
+                            assert_eq!(b, lane % g);
+                            seen[b * Q8_BLOCK + v] += 1;
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "group of {g}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn layouts_cover_the_row_with_full_groups_then_one_padded() {
+        assert_eq!(Layout::new(18).groups, vec![(0, 16, 0), (16, 2, 8)]);
+        assert_eq!(Layout::new(48).groups, vec![(0, 16, 0), (16, 16, 8), (32, 16, 16)]);
+        assert_eq!(Layout::new(1), Layout { groups: vec![(0, 1, 0)], num_steps: 1 });
+        assert_eq!(Layout::new(21).groups, vec![(0, 16, 0), (16, 8, 8)]);
+    }
+}

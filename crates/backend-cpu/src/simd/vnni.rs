@@ -1,0 +1,172 @@
+//! The Q8 path's kernel on AVX-512 VNNI: `vpdpbusd` multiplies 64 unsigned weight codes by 64
+//! signed activation codes into 16 i32 lanes, so a 16-block group of one row and one column takes
+//! 8 of them and one f32 epilogue (`q8` documents the layout and the arithmetic contract, which
+//! this kernel follows lane for lane).
+//! Tiles of up to 4 rows × 2 columns keep 8 integer and 8 float accumulators in registers; each
+//! step loads a column's codes once for all rows and a row's codes once for both columns.
+
+use super::F32x16;
+use super::avx512::Avx512;
+use crate::SharedOut;
+use crate::q8::{LANES, Q8Rows, Q8Weight, STEP, steps};
+use std::arch::x86_64::*;
+
+/// Columns `m_start..m_end` of every row of `out` [num_rows, m].
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw, avx512dq, avx512vl and avx512vnni, and columns
+/// `m_start..m_end` of `out` must belong to the calling thread.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q8_part(
+    x: &Q8Rows,
+    num_rows: usize,
+    w: &Q8Weight,
+    m: usize,
+    (m_start, m_end): (usize, usize),
+    out: SharedOut,
+) {
+    let mut c0 = m_start;
+    while c0 < m_end {
+        let wide = m_end - c0 >= 2;
+        // Weights stream from memory once per step: ask for later columns while these are
+        // computed (the hardware prefetcher ramps up too late on rows this short).
+        for ahead in c0 + PREFETCH_COLUMNS..(c0 + PREFETCH_COLUMNS + 2).min(m_end) {
+            w.prefetch_row(ahead);
+        }
+        let mut r0 = 0;
+        while r0 < num_rows {
+            let r = (num_rows - r0).min(4);
+            // A direct call per shape so each keeps its accumulators in registers.
+            match (r, wide) {
+                (4, true) => tile::<4, 2>(x, r0, w, c0, m, out),
+                (3, true) => tile::<3, 2>(x, r0, w, c0, m, out),
+                (2, true) => tile::<2, 2>(x, r0, w, c0, m, out),
+                (1, true) => tile::<1, 2>(x, r0, w, c0, m, out),
+                (4, false) => tile::<4, 1>(x, r0, w, c0, m, out),
+                (3, false) => tile::<3, 1>(x, r0, w, c0, m, out),
+                (2, false) => tile::<2, 1>(x, r0, w, c0, m, out),
+                _ => tile::<1, 1>(x, r0, w, c0, m, out),
+            }
+            r0 += r;
+        }
+        c0 += if wide { 2 } else { 1 };
+    }
+}
+
+/// Columns ahead of the one computed whose weights are prefetched.
+const PREFETCH_COLUMNS: usize = 8;
+
+/// Rows `r0..r0 + R` × columns `c0..c0 + C`, every group of the row.
+#[inline(always)]
+fn tile<const R: usize, const C: usize>(x: &Q8Rows, r0: usize, w: &Q8Weight, c0: usize, m: usize, out: SharedOut) {
+    if w.data.format.nibbles {
+        tile_of::<R, C, true>(x, r0, w, c0, m, out)
+    } else {
+        tile_of::<R, C, false>(x, r0, w, c0, m, out)
+    }
+}
+
+/// `tile` for codes stored as nibbles (`NIB`) or bytes.
+#[inline(always)]
+fn tile_of<const R: usize, const C: usize, const NIB: bool>(
+    x: &Q8Rows,
+    r0: usize,
+    w: &Q8Weight,
+    c0: usize,
+    m: usize,
+    out: SharedOut,
+) {
+    let d = &*w.data;
+    let f = d.format;
+    let (num_steps, step_bytes, lanes) = (d.layout.num_steps, d.step_bytes, d.layout.groups.len() * LANES);
+    // Each row's and column's data as one bounds-checked slice, read below through pointers at
+    // offsets inside it (a slice per step and group would cost more scalar work than the
+    // products).
+    let mut wq = [std::ptr::null::<u8>(); C];
+    let (mut ws, mut wm) = ([std::ptr::null::<f32>(); C], [std::ptr::null::<f32>(); C]);
+    for c in 0..C {
+        let row = w.first_row + c0 + c;
+        wq[c] = d.codes[row * num_steps * step_bytes..][..num_steps * step_bytes].as_ptr();
+        ws[c] = d.scales[row * lanes..][..lanes].as_ptr();
+        if f.has_min {
+            wm[c] = d.mins[row * lanes..][..lanes].as_ptr();
+        }
+    }
+    let mut xq = [std::ptr::null::<i8>(); R];
+    let (mut xs, mut xsa, mut xcs) =
+        ([std::ptr::null::<f32>(); R], [std::ptr::null::<f32>(); R], [std::ptr::null::<i32>(); R]);
+    for r in 0..R {
+        let row = r0 + r;
+        xq[r] = x.codes[row * num_steps * STEP..][..num_steps * STEP].as_ptr();
+        xs[r] = x.scales[row * lanes..][..lanes].as_ptr();
+        xsa[r] = x.scaled_sums[row * lanes..][..lanes].as_ptr();
+        xcs[r] = x.code_sums[row * lanes..][..lanes].as_ptr();
+    }
+    // SAFETY: for every intrinsic and pointer offset below: `q8_part`'s target features are
+    // this function's (it only inlines there); every pointer is an offset inside the slice
+    // checked above it: steps below `num_steps` of `step_bytes` (weights) or 64 (rows) bytes,
+    // and groups below `groups.len()` of 16 lanes.
+    unsafe {
+        let nibble = _mm512_set1_epi8(0x0F);
+        // The upper 256 bits of a broadcast step shift right by 4: the high nibbles.
+        let shifts = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+        let neg_offset = _mm512_set1_epi32(-f.offset);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for (gi, &(_, g, step0)) in d.layout.groups.iter().enumerate() {
+            let at = gi * LANES;
+            let mut isum = [[_mm512_setzero_si512(); C]; R];
+            if f.offset != 0 {
+                for r in 0..R {
+                    let init = _mm512_mullo_epi32(_mm512_loadu_si512(xcs[r].add(at).cast()), neg_offset);
+                    for v in isum[r].iter_mut() {
+                        *v = init;
+                    }
+                }
+            }
+            for s in step0..step0 + steps(g) {
+                let mut u = [_mm512_setzero_si512(); C];
+                for c in 0..C {
+                    let codes = wq[c].add(s * step_bytes);
+                    u[c] = if NIB {
+                        let both = _mm512_broadcast_i64x4(_mm256_loadu_si256(codes.cast()));
+                        _mm512_and_si512(_mm512_srlv_epi64(both, shifts), nibble)
+                    } else {
+                        _mm512_loadu_si512(codes.cast())
+                    };
+                }
+                for r in 0..R {
+                    let a = _mm512_loadu_si512(xq[r].add(s * STEP).cast());
+                    for c in 0..C {
+                        isum[r][c] = _mm512_dpbusd_epi32(isum[r][c], u[c], a);
+                    }
+                }
+            }
+            for r in 0..R {
+                let da = _mm512_loadu_ps(xs[r].add(at));
+                for c in 0..C {
+                    let dw = _mm512_loadu_ps(ws[c].add(at));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw, da), acc[r][c]);
+                }
+            }
+            if f.has_min {
+                for r in 0..R {
+                    let sa = _mm512_loadu_ps(xsa[r].add(at));
+                    for c in 0..C {
+                        acc[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(wm[c].add(at)), sa, acc[r][c]);
+                    }
+                }
+            }
+        }
+        let mut vs = [[Avx512::zero(); C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                vs[r][c] = Avx512(acc[r][c]);
+            }
+        }
+        let dots = crate::fused::hsums::<Avx512, R, C>(&vs);
+        for (r, row) in dots.iter().enumerate() {
+            // SAFETY: columns c0..c0 + C of every row belong to this thread (`q8_part`'s contract).
+            out.part((r0 + r) * m + c0, C).copy_from_slice(row);
+        }
+    }
+}
