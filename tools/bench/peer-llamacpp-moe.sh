@@ -9,7 +9,8 @@
 #   receipts/bench-cpu-qwen3-moe-1.6b-q8_0.json, receipts/bench-cpu-qwen3-moe-1.6b-q4_k_m.json (plumb bench)
 #   receipts/peer-llamacpp-cpu-qwen3-moe-1.6b.json                       (llama-bench, both files)
 # Usage (hold the machine: nothing else should run): flock /tmp/plumb-cargo.lock bash tools/bench/peer-llamacpp-moe.sh
-# PREP_ONLY=1 builds and converts without measuring.
+# PREP_ONLY=1 builds and converts without measuring. ACT_DTYPE=q8 runs plumb with --act-dtype q8 (Q8
+# activations, as llama.cpp's CPU kernels take them); every receipt name then ends in -q8.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 threads="${THREADS:-2}"
@@ -17,6 +18,8 @@ reps="${REPS:-3}"
 pp="${PP:-256}"
 tg="${TG:-64}"
 work="${WORK:-/tmp/plumb-moe-bench}"
+act_dtype="${ACT_DTYPE:-}"
+tag="${act_dtype:+-$act_dtype}"
 python="$root/tools/.venv/bin/python"   # tools/fixtures/setup.sh
 
 . "$root/tools/bench/llamacpp-build.sh"
@@ -41,13 +44,14 @@ fi
 peer_runs=()
 for q in q8_0 q4_k_m; do
     "$plumb" bench --model "$work/$q.gguf" --threads "$threads" --repetitions "$reps" --prompt-len "$pp" \
-        --gen-len "$tg" --depth 0 --receipt "receipts/bench-cpu-qwen3-moe-1.6b-$q.json"
+        --gen-len "$tg" --depth 0 --receipt "receipts/bench-cpu-qwen3-moe-1.6b-$q$tag.json" \
+        ${act_dtype:+--act-dtype "$act_dtype"}
     peer_runs+=("$("$bin/llama-bench" -m "$work/$q.gguf" -t "$threads" -r "$reps" -p "$pp" -n "$tg" -o json 2>/dev/null)")
 done
 
-python3 - "$work" "$threads" "${peer_runs[@]}" <<'PY'
+python3 - "$work" "$threads" "$tag" "${peer_runs[@]}" <<'PY'
 import hashlib, json, os, platform, subprocess, sys, time
-work, threads, runs = sys.argv[1], int(sys.argv[2]), [json.loads(a) for a in sys.argv[3:]]
+work, threads, tag, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3], [json.loads(a) for a in sys.argv[4:]]
 commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 def sha(path):
@@ -67,7 +71,7 @@ for q, rs in zip(["q8_0", "q4_k_m"], runs):
 receipt = {
     "kind": "peer-bench",
     "peer": "llama.cpp llama-bench (llama-cpp-python==0.3.36 vendor/llama.cpp, Release, GGML_NATIVE)",
-    "command": "flock /tmp/plumb-cargo.lock bash tools/bench/peer-llamacpp-moe.sh",
+    "command": ("ACT_DTYPE=" + tag[1:] + " " if tag else "") + "flock /tmp/plumb-cargo.lock bash tools/bench/peer-llamacpp-moe.sh",
     "commit": commit,
     "machine": {"cpu": cpu, "logical_cores": os.cpu_count(), "os": platform.system().lower(), "arch": platform.machine()},
     "model": "plumb synth --arch qwen3-moe-1.6b --dtype bf16 --seed 1, converted by llama.cpp's convert_hf_to_gguf.py (q8_0; bf16 then llama-quantize Q4_K_M)",
@@ -75,9 +79,9 @@ receipt = {
     "evidence_origin": "current_invocation",
     "figures": {"threads": threads, "build_commit": runs[0][0].get("build_commit"), "files": files},
 }
-open("receipts/peer-llamacpp-cpu-qwen3-moe-1.6b.json", "w").write(json.dumps(receipt, indent=2) + "\n")
+open(f"receipts/peer-llamacpp-cpu-qwen3-moe-1.6b{tag}.json", "w").write(json.dumps(receipt, indent=2) + "\n")
 for q in ["q8_0", "q4_k_m"]:
-    p = json.load(open(f"receipts/bench-cpu-qwen3-moe-1.6b-{q}.json"))["figures"]
+    p = json.load(open(f"receipts/bench-cpu-qwen3-moe-1.6b-{q}{tag}.json"))["figures"]
     for t in sorted(files[q]["tests"]):
         mine = p.get(f"{t}_tokens_per_s")
         peer = files[q]["tests"][t]["avg_tokens_per_s"]

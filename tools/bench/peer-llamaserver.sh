@@ -11,6 +11,8 @@
 #   $OUT_DIR/concurrency-cpu.svg           (both drawn together)
 # Usage: bash tools/bench/peer-llamaserver.sh   (from the repository root; takes several minutes)
 # Settings (environment): THREADS=2 PROMPT_LEN=128 GEN_LEN=128 LEVELS=1,4,8,16 OUT_DIR=receipts
+#   ACT_DTYPE=q8: plumb runs with --act-dtype q8 (Q8 activations, as llama.cpp's CPU kernels take
+#     them); the three files then end in -q8 (peer-llamaserver-cpu-q8.json, ...)
 #   PORT=18089 (loopback only)  MODEL=path.gguf (default: plumb pull's default model)
 #   PEER_ONLY=1: measure llama-server only (no cargo, no plumb bench; needs MODEL or a built plumb)
 #   BATCH / UBATCH: llama-server -b / -ub (default: llama-server's own, 2048 / 512)
@@ -28,6 +30,8 @@ out_dir="${OUT_DIR:-receipts}"
 port="${PORT:-18089}"
 timeout="${REQUEST_TIMEOUT:-600}"
 extra_body="${EXTRA_BODY:-}"
+act_dtype="${ACT_DTYPE:-}"
+tag="${act_dtype:+-$act_dtype}"
 client="$root/tools/bench/llamaserver_client.py"
 
 . "$root/tools/bench/llamacpp-build.sh"
@@ -90,14 +94,14 @@ for n in "${level_list[@]}"; do
 done
 
 command="bash tools/bench/peer-llamaserver.sh"
-for v in THREADS PROMPT_LEN GEN_LEN LEVELS BATCH UBATCH STEP_TOKENS EXTRA_BODY MODEL; do
+for v in THREADS PROMPT_LEN GEN_LEN LEVELS BATCH UBATCH STEP_TOKENS EXTRA_BODY MODEL ACT_DTYPE; do
     val="${!v:-}"
     [ -z "$val" ] && continue
     [[ "$val" =~ ^[A-Za-z0-9_,./:+=-]+$ ]] || val="$(printf '%q' "$val")"
     command="$v=$val $command"
 done
 mkdir -p "$out_dir"
-python3 "$client" receipt --out "$out_dir/peer-llamaserver-cpu.json" --model "$model" \
+python3 "$client" receipt --out "$out_dir/peer-llamaserver-cpu$tag.json" --model "$model" \
     --server-bin "$bin/llama-server" --command "$command" --threads "$threads" \
     --prompt-len "$prompt_len" --gen-len "$gen_len" --vocab "$vocab" \
     ${extra_body:+--extra-body "$extra_body"} "${level_files[@]}"
@@ -107,10 +111,11 @@ if [ "${PEER_ONLY:-0}" = 1 ]; then
 fi
 
 plumb_args=(bench --concurrency "$levels" --prompt-len "$prompt_len" --gen-len "$gen_len" --threads "$threads"
-            --receipt "$out_dir/bench-concurrency-cpu.json" --plot "$out_dir/concurrency-cpu.svg"
-            --peer "$out_dir/peer-llamaserver-cpu.json")
+            --receipt "$out_dir/bench-concurrency-cpu$tag.json" --plot "$out_dir/concurrency-cpu$tag.svg"
+            --peer "$out_dir/peer-llamaserver-cpu$tag.json")
+[ -n "$act_dtype" ] && plumb_args+=(--act-dtype "$act_dtype")
 [ -n "${MODEL:-}" ] && plumb_args+=(--model "$MODEL")
 [ -n "${STEP_TOKENS:-}" ] && plumb_args+=(--step-tokens "$STEP_TOKENS")
 "$plumb" "${plumb_args[@]}"
 
-python3 "$client" table "$out_dir/bench-concurrency-cpu.json" "$out_dir/peer-llamaserver-cpu.json"
+python3 "$client" table "$out_dir/bench-concurrency-cpu$tag.json" "$out_dir/peer-llamaserver-cpu$tag.json"

@@ -55,7 +55,7 @@ pub fn linear(pool: &Pool, isa: Isa, vnni: bool, products: &mut [Product]) {
                 && products[j].w.q8.as_ref().is_some_and(|o| o.data.layout == w8.data.layout)
         });
         q8_of.push(Some(same.and_then(|j| q8_of[j]).unwrap_or_else(|| {
-            q8_rows.push(Q8Rows::pack(isa, p.x, p.num_rows, p.w.cols, &w8.data.layout));
+            q8_rows.push(Q8Rows::pack(pool, isa, p.x, p.num_rows, p.w.cols, &w8.data.layout));
             q8_rows.len() - 1
         })));
     }

@@ -16,12 +16,13 @@
 
 use crate::SharedOut;
 use crate::aligned::Aligned;
+use crate::pool::Pool;
 use crate::simd::scalar::Scalar;
 use crate::simd::{F32x16, Isa, simd_dispatch};
 use plumb_core::GgmlType;
 use plumb_core::q8::{Q8_BLOCK, Q8_MAX};
 use plumb_core::quant::{f16_at, k_scale_min};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// i32 lanes per group (one 512-bit register).
 pub(crate) const LANES: usize = 16;
@@ -141,7 +142,9 @@ pub(crate) fn place(g: usize, s: usize, lane: usize, j: usize) -> Option<(usize,
     (at < Q8_BLOCK).then_some((lane % g, at))
 }
 
-/// A weight repacked for the Q8 path (shared by the slices `grouped_linear` takes).
+/// A weight repacked for the Q8 path (shared by the slices `grouped_linear` takes). Each row is
+/// one contiguous run — codes, then scales, then mins, each starting on a 64-byte boundary — so a
+/// row streams from memory as one sequence.
 #[derive(Debug)]
 pub(crate) struct Q8Data {
     pub format: Format,
@@ -149,12 +152,12 @@ pub(crate) struct Q8Data {
     /// Bytes of one step of one row: 32 (nibbles: value i < 32 in the low half of byte i, value
     /// 32 + i in its high half) or 64.
     pub step_bytes: usize,
-    /// [rows, num_steps, step_bytes]
-    pub codes: Aligned<u8>,
-    /// [rows, groups, 16]: lane L holds the scale of its block (L mod G).
-    pub scales: Aligned<f32>,
-    /// [rows, groups, 16], as `scales`; empty without mins.
-    pub mins: Aligned<f32>,
+    /// Bytes of a row's codes, rounded up to 64; its scales start there.
+    pub codes_span: usize,
+    /// Bytes of one row: [codes: num_steps × step_bytes, padded][scales: groups × 16 f32, lane
+    /// L holding the scale of its block (L mod G)][mins: as scales, only for formats with mins].
+    pub row_bytes: usize,
+    pub rows: Aligned<u8>,
 }
 
 /// Rows `first_row..` of a repacked weight.
@@ -171,25 +174,27 @@ impl Q8Weight {
         let layout = Layout::new(cols / Q8_BLOCK);
         let step_bytes = if format.nibbles { STEP / 2 } else { STEP };
         let num_groups = layout.groups.len();
-        let mut codes = Aligned::<u8>::zeroed(rows * layout.num_steps * step_bytes);
-        let mut scales = Aligned::<f32>::zeroed(rows * num_groups * LANES);
-        let mut mins = Aligned::<f32>::zeroed(if format.has_min { rows * num_groups * LANES } else { 0 });
-        for r in 0..rows {
+        let codes_span = (layout.num_steps * step_bytes).next_multiple_of(64);
+        let lane_bytes = num_groups * LANES * 4;
+        let stride = codes_span + lane_bytes * if format.has_min { 2 } else { 1 };
+        let mut out = Aligned::<u8>::zeroed(rows * stride);
+        for (r, dst) in out.chunks_exact_mut(stride).enumerate() {
             let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+            let (codes, lanes) = dst.split_at_mut(codes_span);
             for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
                 let blocks: Vec<_> =
                     (0..g).map(|b| (first + b < cols / Q8_BLOCK).then(|| block_codes(ty, row, first + b))).collect();
                 for lane in 0..LANES {
-                    let at = (r * num_groups + gi) * LANES + lane;
+                    let at = (gi * LANES + lane) * 4;
                     if let Some((_, d, m)) = blocks[lane % g] {
-                        scales[at] = d;
+                        lanes[at..at + 4].copy_from_slice(&d.to_le_bytes());
                         if format.has_min {
-                            mins[at] = m;
+                            lanes[lane_bytes + at..][..4].copy_from_slice(&m.to_le_bytes());
                         }
                     }
                 }
                 for s in 0..steps(g) {
-                    let step = &mut codes[(r * layout.num_steps + step0 + s) * step_bytes..][..step_bytes];
+                    let step = &mut codes[(step0 + s) * step_bytes..][..step_bytes];
                     for lane in 0..LANES {
                         for j in 0..4 {
                             let Some((b, v)) = place(g, s, lane, j) else { continue };
@@ -205,7 +210,7 @@ impl Q8Weight {
                 }
             }
         }
-        let data = Q8Data { format, layout, step_bytes, codes, scales, mins };
+        let data = Q8Data { format, layout, step_bytes, codes_span, row_bytes: stride, rows: out };
         Q8Weight { data: Arc::new(data), first_row: 0 }
     }
 
@@ -214,30 +219,33 @@ impl Q8Weight {
         Q8Weight { data: self.data.clone(), first_row: self.first_row + first }
     }
 
-    /// Hints the CPU to bring row `c` (codes, scales and mins) into cache.
+    /// Row `c`, whole.
+    #[inline(always)]
+    pub fn row(&self, c: usize) -> &[u8] {
+        let d = &*self.data;
+        &d.rows[(self.first_row + c) * d.row_bytes..][..d.row_bytes]
+    }
+
+    /// Hints the CPU to bring row `c` into cache.
     #[inline(always)]
     pub fn prefetch_row(&self, c: usize) {
-        let d = &*self.data;
-        let (row, lanes) = (self.first_row + c, d.layout.groups.len() * LANES);
-        let codes = d.layout.num_steps * d.step_bytes;
-        crate::linear::prefetch(&d.codes[row * codes..(row + 1) * codes]);
-        crate::linear::prefetch(&d.scales[row * lanes..(row + 1) * lanes]);
-        if d.format.has_min {
-            crate::linear::prefetch(&d.mins[row * lanes..(row + 1) * lanes]);
-        }
+        crate::linear::prefetch(self.row(c));
     }
 
     /// Row `c`'s codes of step `s` (global step index).
     #[inline(always)]
     pub fn step(&self, c: usize, s: usize) -> &[u8] {
         let d = &*self.data;
-        &d.codes[((self.first_row + c) * d.layout.num_steps + s) * d.step_bytes..][..d.step_bytes]
+        &self.row(c)[s * d.step_bytes..][..d.step_bytes]
     }
 
-    /// Row `c`'s 16 lane scales (or mins) of group `g`.
-    #[inline(always)]
-    pub fn lanes<'a>(&self, of: &'a [f32], c: usize, g: usize) -> &'a [f32] {
-        &of[((self.first_row + c) * self.data.layout.groups.len() + g) * LANES..][..LANES]
+    /// Row `c`'s 16 lane scales (`MINS`: mins) of group `g`.
+    pub fn lanes<const MINS: bool>(&self, c: usize, g: usize) -> [f32; LANES] {
+        let d = &*self.data;
+        let lane_bytes = d.layout.groups.len() * LANES * 4;
+        let at = d.codes_span + if MINS { lane_bytes } else { 0 } + g * LANES * 4;
+        let bytes = &self.row(c)[at..at + LANES * 4];
+        std::array::from_fn(|l| f32::from_le_bytes(bytes[4 * l..4 * l + 4].try_into().expect("4 bytes")))
     }
 }
 
@@ -257,38 +265,38 @@ pub(crate) struct Q8Rows {
 
 impl Q8Rows {
     /// Quantizes `x` [num_rows, k] block by block (`plumb_core::q8`'s definition, vectorized
-    /// with the same bits) into `layout`.
-    pub fn pack(isa: Isa, x: &[f32], num_rows: usize, k: usize, layout: &Layout) -> Q8Rows {
+    /// with the same bits) into `layout`, rows split over the pool's threads.
+    pub fn pack(pool: &Pool, isa: Isa, x: &[f32], num_rows: usize, k: usize, layout: &Layout) -> Q8Rows {
         assert!(k.is_multiple_of(Q8_BLOCK) && x.len() == num_rows * k, "Q8 rows: x is not [{num_rows}, {k}]");
         let (num_steps, num_groups) = (layout.num_steps, layout.groups.len());
-        let num_blocks = k / Q8_BLOCK;
         let mut codes = Aligned::<i8>::zeroed(num_rows * num_steps * STEP);
         let mut scales = Aligned::<f32>::zeroed(num_rows * num_groups * LANES);
         let mut code_sums = Aligned::<i32>::zeroed(num_rows * num_groups * LANES);
         let mut scaled_sums = Aligned::<f32>::zeroed(num_rows * num_groups * LANES);
-        let (mut block_codes, mut block_scales) = (vec![0i8; k], vec![0f32; num_blocks]);
-        for r in 0..num_rows {
-            quantize_row(isa, &x[r * k..(r + 1) * k], &mut block_codes, &mut block_scales);
-            let row_codes = &mut codes[r * num_steps * STEP..][..num_steps * STEP];
-            for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
-                let at = (r * num_groups + gi) * LANES;
-                // Dword t of block b goes to lane (t mod per)·g + b of step t / per (`place`).
-                let per = LANES / g;
-                for b in 0..g.min(num_blocks - first) {
-                    let src = &block_codes[(first + b) * Q8_BLOCK..][..Q8_BLOCK];
-                    for t in 0..Q8_BLOCK / 4 {
-                        let (s, lane) = (t / per, (t % per) * g + b);
-                        let four = &src[4 * t..4 * t + 4];
-                        row_codes[(step0 + s) * STEP + 4 * lane..][..4].copy_from_slice(four);
-                        code_sums[at + lane] += four.iter().map(|&q| q as i32).sum::<i32>();
-                    }
+        {
+            let lanes = num_groups * LANES;
+            let rows: Vec<Mutex<PackedRow>> = codes
+                .chunks_exact_mut(num_steps * STEP)
+                .zip(scales.chunks_exact_mut(lanes))
+                .zip(code_sums.chunks_exact_mut(lanes))
+                .zip(scaled_sums.chunks_exact_mut(lanes))
+                .map(|(((codes, scales), code_sums), scaled_sums)| {
+                    Mutex::new(PackedRow { codes, scales, code_sums, scaled_sums })
+                })
+                .collect();
+            let pack_rows = |range: std::ops::Range<usize>| {
+                let mut block_codes = vec![0i8; k];
+                let mut block_scales = vec![0f32; k / Q8_BLOCK];
+                for r in range {
+                    quantize_row(isa, &x[r * k..(r + 1) * k], &mut block_codes, &mut block_scales);
+                    let mut row = rows[r].lock().expect("a packed row");
+                    row.fill(layout, &block_codes, &block_scales);
                 }
-                for lane in 0..LANES {
-                    let b = first + lane % g;
-                    let scale = if b < num_blocks { block_scales[b] } else { 0.0 };
-                    scales[at + lane] = scale;
-                    scaled_sums[at + lane] = scale * code_sums[at + lane] as f32;
-                }
+            };
+            if num_rows < 2 {
+                pack_rows(0..num_rows);
+            } else {
+                pool.run(&|t, nt| pack_rows(crate::pool::split_range(num_rows, t, nt, 1)));
             }
         }
         Q8Rows { num_steps, num_groups, codes, scales, code_sums, scaled_sums }
@@ -312,7 +320,6 @@ simd_dispatch! {
 
 #[inline(always)]
 fn quantize_row_kernel<S: F32x16>(x: &[f32], codes: &mut [i8], scales: &mut [f32]) {
-    let mut q = [0f32; Q8_BLOCK];
     for ((xb, cb), scale) in x.chunks_exact(Q8_BLOCK).zip(codes.chunks_exact_mut(Q8_BLOCK)).zip(scales.iter_mut()) {
         let (lo, hi) = (S::load(xb), S::load(&xb[16..]));
         // x − x is 0 for every finite value and NaN otherwise: a NaN sum flags the block.
@@ -330,10 +337,42 @@ fn quantize_row_kernel<S: F32x16>(x: &[f32], codes: &mut [i8], scales: &mut [f32
         }
         // |x / scale| ≤ 127 up to one rounding, which the clamp absorbs (as the definition's).
         let (d, top) = (S::splat(*scale), S::splat(Q8_MAX));
-        lo.div(d).round().min(top).max(zero.sub(top)).store(&mut q);
-        hi.div(d).round().min(top).max(zero.sub(top)).store(&mut q[16..]);
-        for (c, &v) in cb.iter_mut().zip(&q) {
-            *c = v as i8;
+        lo.div(d).round().min(top).max(zero.sub(top)).to_i8(cb);
+        hi.div(d).round().min(top).max(zero.sub(top)).to_i8(&mut cb[16..]);
+    }
+}
+
+/// One row's parts of a `Q8Rows` while it is packed.
+struct PackedRow<'a> {
+    codes: &'a mut [i8],
+    scales: &'a mut [f32],
+    code_sums: &'a mut [i32],
+    scaled_sums: &'a mut [f32],
+}
+
+impl PackedRow<'_> {
+    /// Lays out one row's quantized blocks (`codes` [k], a scale per block).
+    fn fill(&mut self, layout: &Layout, codes: &[i8], block_scales: &[f32]) {
+        let num_blocks = block_scales.len();
+        for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
+            let at = gi * LANES;
+            // Dword t of block b goes to lane (t mod per)·g + b of step t / per (`place`).
+            let per = LANES / g;
+            for b in 0..g.min(num_blocks - first) {
+                let src = &codes[(first + b) * Q8_BLOCK..][..Q8_BLOCK];
+                for t in 0..Q8_BLOCK / 4 {
+                    let (s, lane) = (t / per, (t % per) * g + b);
+                    let four = &src[4 * t..4 * t + 4];
+                    self.codes[(step0 + s) * STEP + 4 * lane..][..4].copy_from_slice(four);
+                    self.code_sums[at + lane] += four.iter().map(|&q| q as i32).sum::<i32>();
+                }
+            }
+            for lane in 0..LANES {
+                let b = first + lane % g;
+                let scale = if b < num_blocks { block_scales[b] } else { 0.0 };
+                self.scales[at + lane] = scale;
+                self.scaled_sums[at + lane] = scale * self.code_sums[at + lane] as f32;
+            }
         }
     }
 }
@@ -383,12 +422,12 @@ pub(crate) fn dot_portable(x: &Q8Rows, r: usize, w: &Q8Weight, c: usize) -> f32 
                 }
             }
         }
-        let (dw, da) = (w.lanes(&d.scales, c, gi), x.lanes(&x.scales, r, gi));
+        let (dw, da) = (w.lanes::<false>(c, gi), x.lanes(&x.scales, r, gi));
         for lane in 0..LANES {
             acc[lane] = (isum[lane] as f32).mul_add(dw[lane] * da[lane], acc[lane]);
         }
         if d.format.has_min {
-            let (mw, sa) = (w.lanes(&d.mins, c, gi), x.lanes(&x.scaled_sums, r, gi));
+            let (mw, sa) = (w.lanes::<true>(c, gi), x.lanes(&x.scaled_sums, r, gi));
             for lane in 0..LANES {
                 acc[lane] = mw[lane].mul_add(sa[lane], acc[lane]);
             }

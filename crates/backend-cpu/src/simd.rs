@@ -118,6 +118,14 @@ pub trait F32x16: Copy {
     }
     /// Maximum of lanes.
     fn hmax(self) -> f32;
+    /// Lanes that hold integers in −128..=127, stored as bytes into `out[..16]`.
+    fn to_i8(self, out: &mut [i8]) {
+        let mut lanes = [0f32; 16];
+        self.store(&mut lanes);
+        for (o, v) in out[..16].iter_mut().zip(lanes) {
+            *o = v as i8;
+        }
+    }
     /// Lanes from the low (`HIGH = false`) or high nibbles of 16 bytes, as unsigned integers.
     fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self;
     /// Lanes from 16 signed bytes.

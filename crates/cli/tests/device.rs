@@ -56,3 +56,19 @@ fn kv_dtype_is_refused_by_name_and_taken_by_the_cpu() {
     assert!(!err.contains("kv-dtype"), "{err}");
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+/// `--act-dtype`: an unknown element type is refused by name; `q8` is taken on the CPU (the model
+/// is then looked for) and refused on CUDA, which declares its own activation precision.
+#[test]
+fn act_dtype_is_refused_by_name_taken_by_the_cpu_and_refused_on_cuda() {
+    let (ok, err) = plumb(&["run", "--act-dtype", "int4", "hi"]);
+    assert!(!ok);
+    assert!(err.contains("`int4` is not an activation element type"), "{err}");
+    let (ok, err) = plumb(&["run", "--act-dtype", "q8", "--model", "/nonexistent/model.gguf", "hi"]);
+    assert!(!ok);
+    assert!(!err.contains("act-dtype"), "{err}");
+    assert!(err.contains("/nonexistent/model.gguf"), "{err}");
+    let (ok, err) = plumb(&["bench", "--device", "cuda", "--act-dtype", "q8", "--model", "/nonexistent/model.gguf"]);
+    assert!(!ok);
+    assert!(err.contains("--act-dtype q8 runs on the CPU only"), "{err}");
+}

@@ -181,6 +181,15 @@ impl F32x16 for Avx512 {
         unsafe { _mm512_reduce_max_ps(self.0) }
     }
     #[inline(always)]
+    fn to_i8(self, out: &mut [i8]) {
+        assert!(out.len() >= 16);
+        // SAFETY: 16 writable bytes checked above; integral lanes in range convert exactly.
+        unsafe {
+            let bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(self.0));
+            _mm_storeu_si128(out.as_mut_ptr().cast(), bytes)
+        }
+    }
+    #[inline(always)]
     fn from_nibbles<const HIGH: bool>(q: &[u8]) -> Self {
         assert!(q.len() >= 16);
         // SAFETY: 16 readable bytes checked above.

@@ -79,17 +79,23 @@ fn tile_of<const R: usize, const C: usize, const NIB: bool>(
     let d = &*w.data;
     let f = d.format;
     let (num_steps, step_bytes, lanes) = (d.layout.num_steps, d.step_bytes, d.layout.groups.len() * LANES);
+    assert!(num_steps * step_bytes <= d.codes_span && d.codes_span.is_multiple_of(64));
     // Each row's and column's data as one bounds-checked slice, read below through pointers at
     // offsets inside it (a slice per step and group would cost more scalar work than the
     // products).
     let mut wq = [std::ptr::null::<u8>(); C];
     let (mut ws, mut wm) = ([std::ptr::null::<f32>(); C], [std::ptr::null::<f32>(); C]);
     for c in 0..C {
-        let row = w.first_row + c0 + c;
-        wq[c] = d.codes[row * num_steps * step_bytes..][..num_steps * step_bytes].as_ptr();
-        ws[c] = d.scales[row * lanes..][..lanes].as_ptr();
+        // Codes, then `lanes` f32 scales, then as many mins: 64-byte aligned sections of the row.
+        let row = w.row(c0 + c);
+        assert!(row.len() >= d.codes_span + lanes * 4 * if f.has_min { 2 } else { 1 });
+        wq[c] = row.as_ptr();
+        // SAFETY: inside `row` (checked above); the row and its sections start on 64-byte
+        // boundaries, so the f32 pointers are aligned, and every bit pattern is an f32.
+        ws[c] = unsafe { row.as_ptr().add(d.codes_span) }.cast::<f32>();
         if f.has_min {
-            wm[c] = d.mins[row * lanes..][..lanes].as_ptr();
+            // SAFETY: as above.
+            wm[c] = unsafe { row.as_ptr().add(d.codes_span + lanes * 4) }.cast::<f32>();
         }
     }
     let mut xq = [std::ptr::null::<i8>(); R];
