@@ -11,8 +11,9 @@
 #   $OUT_DIR/concurrency-cpu.svg           (both drawn together)
 # Usage: bash tools/bench/peer-llamaserver.sh   (from the repository root; takes several minutes)
 # Settings (environment): THREADS=2 PROMPT_LEN=128 GEN_LEN=128 LEVELS=1,4,8,16 OUT_DIR=receipts
-#   ACT_DTYPE=q8: plumb runs with --act-dtype q8 (Q8 activations, as llama.cpp's CPU kernels take
-#     them); the three files then end in -q8 (peer-llamaserver-cpu-q8.json, ...)
+#   ACT_DTYPE=q8 / KV_DTYPE=f16: plumb runs with --act-dtype q8 (Q8 activations, as llama.cpp's CPU
+#     kernels take them) / --kv-dtype f16 (llama.cpp's default KV type); the three files then end
+#     in -q8, -kv-f16 or -q8-kv-f16 (peer-llamaserver-cpu-q8-kv-f16.json, ...)
 #   PORT=18089 (loopback only)  MODEL=path.gguf (default: plumb pull's default model)
 #   PEER_ONLY=1: measure llama-server only (no cargo, no plumb bench; needs MODEL or a built plumb)
 #   BATCH / UBATCH: llama-server -b / -ub (default: llama-server's own, 2048 / 512)
@@ -31,7 +32,8 @@ port="${PORT:-18089}"
 timeout="${REQUEST_TIMEOUT:-600}"
 extra_body="${EXTRA_BODY:-}"
 act_dtype="${ACT_DTYPE:-}"
-tag="${act_dtype:+-$act_dtype}"
+kv_dtype="${KV_DTYPE:-}"
+tag="${act_dtype:+-$act_dtype}${kv_dtype:+-kv-$kv_dtype}"
 client="$root/tools/bench/llamaserver_client.py"
 
 . "$root/tools/bench/llamacpp-build.sh"
@@ -94,7 +96,7 @@ for n in "${level_list[@]}"; do
 done
 
 command="bash tools/bench/peer-llamaserver.sh"
-for v in THREADS PROMPT_LEN GEN_LEN LEVELS BATCH UBATCH STEP_TOKENS EXTRA_BODY MODEL ACT_DTYPE; do
+for v in THREADS PROMPT_LEN GEN_LEN LEVELS BATCH UBATCH STEP_TOKENS EXTRA_BODY MODEL ACT_DTYPE KV_DTYPE; do
     val="${!v:-}"
     [ -z "$val" ] && continue
     [[ "$val" =~ ^[A-Za-z0-9_,./:+=-]+$ ]] || val="$(printf '%q' "$val")"
@@ -114,6 +116,7 @@ plumb_args=(bench --concurrency "$levels" --prompt-len "$prompt_len" --gen-len "
             --receipt "$out_dir/bench-concurrency-cpu$tag.json" --plot "$out_dir/concurrency-cpu$tag.svg"
             --peer "$out_dir/peer-llamaserver-cpu$tag.json")
 [ -n "$act_dtype" ] && plumb_args+=(--act-dtype "$act_dtype")
+[ -n "$kv_dtype" ] && plumb_args+=(--kv-dtype "$kv_dtype")
 [ -n "${MODEL:-}" ] && plumb_args+=(--model "$MODEL")
 [ -n "${STEP_TOKENS:-}" ] && plumb_args+=(--step-tokens "$STEP_TOKENS")
 "$plumb" "${plumb_args[@]}"

@@ -293,7 +293,8 @@ impl Q8Rows {
                     row.fill(layout, &block_codes, &block_scales);
                 }
             };
-            if num_rows < 2 {
+            // A launch costs more than quantizing a decode step's few rows on one thread.
+            if num_rows < PARALLEL_PACK_ROWS {
                 pack_rows(0..num_rows);
             } else {
                 pool.run(&|t, nt| pack_rows(crate::pool::split_range(num_rows, t, nt, 1)));
@@ -341,6 +342,9 @@ fn quantize_row_kernel<S: F32x16>(x: &[f32], codes: &mut [i8], scales: &mut [f32
         hi.div(d).round().min(top).max(zero.sub(top)).to_i8(&mut cb[16..]);
     }
 }
+
+/// Rows from which `Q8Rows::pack` splits its work over the pool.
+const PARALLEL_PACK_ROWS: usize = 32;
 
 /// One row's parts of a `Q8Rows` while it is packed.
 struct PackedRow<'a> {
