@@ -38,6 +38,9 @@ pub(crate) struct Format {
     pub offset: i32,
     /// Blocks carry an additive min.
     pub has_min: bool,
+    /// Scales and mins are f16 values (legacy formats), stored as such; K-quants' products of a
+    /// super-block scale and a 6-bit sub-scale need f32.
+    pub half_scales: bool,
 }
 
 /// The Q8 path's view of `ty`, if it has one (Q6_K's 16-value scales and float formats do not).
@@ -50,7 +53,8 @@ pub(crate) fn format(ty: GgmlType) -> Option<Format> {
         GgmlType::Q8_0 => (false, 128, false),
         _ => return None,
     };
-    Some(Format { nibbles, offset, has_min })
+    let half_scales = !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
+    Some(Format { nibbles, offset, has_min, half_scales })
 }
 
 /// Whether `linear` can take Q8 activations for a weight of `ty` with `k` columns.
@@ -143,8 +147,9 @@ pub(crate) fn place(g: usize, s: usize, lane: usize, j: usize) -> Option<(usize,
 }
 
 /// A weight repacked for the Q8 path (shared by the slices `grouped_linear` takes). Each row is
-/// one contiguous run — codes, then scales, then mins, each starting on a 64-byte boundary — so a
-/// row streams from memory as one sequence.
+/// one contiguous run on a 64-byte boundary — codes, then one scale per block, then one min per
+/// block — no larger than the checkpoint's own row for legacy formats, so decode streams no
+/// more bytes than the f32 path does.
 #[derive(Debug)]
 pub(crate) struct Q8Data {
     pub format: Format,
@@ -154,8 +159,10 @@ pub(crate) struct Q8Data {
     pub step_bytes: usize,
     /// Bytes of a row's codes, rounded up to 64; its scales start there.
     pub codes_span: usize,
-    /// Bytes of one row: [codes: num_steps × step_bytes, padded][scales: groups × 16 f32, lane
-    /// L holding the scale of its block (L mod G)][mins: as scales, only for formats with mins].
+    /// Bytes of a row's scales (as of its mins): an entry per block of every group (padding
+    /// blocks included, 0), then 16 more so a group's 16-entry load stays inside.
+    pub scales_span: usize,
+    /// Bytes of one row: [codes][scales][mins, for formats with mins], padded to 64.
     pub row_bytes: usize,
     pub rows: Aligned<u8>,
 }
@@ -173,23 +180,33 @@ impl Q8Weight {
         let format = format(ty).expect("a Q8-path format");
         let layout = Layout::new(cols / Q8_BLOCK);
         let step_bytes = if format.nibbles { STEP / 2 } else { STEP };
-        let num_groups = layout.groups.len();
         let codes_span = (layout.num_steps * step_bytes).next_multiple_of(64);
-        let lane_bytes = num_groups * LANES * 4;
-        let stride = codes_span + lane_bytes * if format.has_min { 2 } else { 1 };
+        let entry = if format.half_scales { 2 } else { 4 };
+        let padded_blocks: usize = layout.groups.iter().map(|&(_, g, _)| g).sum();
+        let scales_span = (padded_blocks + LANES) * entry;
+        let stride = (codes_span + scales_span * if format.has_min { 2 } else { 1 }).next_multiple_of(64);
         let mut out = Aligned::<u8>::zeroed(rows * stride);
+        let put = |dst: &mut [u8], v: f32| {
+            if format.half_scales {
+                let h = half::f16::from_f32(v);
+                assert_eq!(h.to_f32().to_bits(), v.to_bits(), "{ty}: a scale that is not an f16 value");
+                dst[..2].copy_from_slice(&h.to_le_bytes());
+            } else {
+                dst[..4].copy_from_slice(&v.to_le_bytes());
+            }
+        };
         for (r, dst) in out.chunks_exact_mut(stride).enumerate() {
             let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
-            let (codes, lanes) = dst.split_at_mut(codes_span);
-            for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
+            let (codes, rest) = dst.split_at_mut(codes_span);
+            let (scales, mins) = rest.split_at_mut(scales_span);
+            for &(first, g, step0) in &layout.groups {
                 let blocks: Vec<_> =
                     (0..g).map(|b| (first + b < cols / Q8_BLOCK).then(|| block_codes(ty, row, first + b))).collect();
-                for lane in 0..LANES {
-                    let at = (gi * LANES + lane) * 4;
-                    if let Some((_, d, m)) = blocks[lane % g] {
-                        lanes[at..at + 4].copy_from_slice(&d.to_le_bytes());
+                for (b, block) in blocks.iter().enumerate() {
+                    if let Some((_, d, m)) = *block {
+                        put(&mut scales[(first + b) * entry..], d);
                         if format.has_min {
-                            lanes[lane_bytes + at..][..4].copy_from_slice(&m.to_le_bytes());
+                            put(&mut mins[(first + b) * entry..], m);
                         }
                     }
                 }
@@ -210,7 +227,7 @@ impl Q8Weight {
                 }
             }
         }
-        let data = Q8Data { format, layout, step_bytes, codes_span, row_bytes: stride, rows: out };
+        let data = Q8Data { format, layout, step_bytes, codes_span, scales_span, row_bytes: stride, rows: out };
         Q8Weight { data: Arc::new(data), first_row: 0 }
     }
 
@@ -239,13 +256,20 @@ impl Q8Weight {
         &self.row(c)[s * d.step_bytes..][..d.step_bytes]
     }
 
-    /// Row `c`'s 16 lane scales (`MINS`: mins) of group `g`.
-    pub fn lanes<const MINS: bool>(&self, c: usize, g: usize) -> [f32; LANES] {
+    /// Row `c`'s scales (`MINS`: mins) of group `gi` as its 16 lanes see them (lane L: block
+    /// L mod G of the group).
+    pub fn lanes<const MINS: bool>(&self, c: usize, gi: usize) -> [f32; LANES] {
         let d = &*self.data;
-        let lane_bytes = d.layout.groups.len() * LANES * 4;
-        let at = d.codes_span + if MINS { lane_bytes } else { 0 } + g * LANES * 4;
-        let bytes = &self.row(c)[at..at + LANES * 4];
-        std::array::from_fn(|l| f32::from_le_bytes(bytes[4 * l..4 * l + 4].try_into().expect("4 bytes")))
+        let (first, g, _) = d.layout.groups[gi];
+        let section = &self.row(c)[d.codes_span + if MINS { d.scales_span } else { 0 }..][..d.scales_span];
+        std::array::from_fn(|lane| {
+            let b = first + lane % g;
+            if d.format.half_scales {
+                half::f16::from_le_bytes([section[2 * b], section[2 * b + 1]]).to_f32()
+            } else {
+                f32::from_le_bytes(section[4 * b..4 * b + 4].try_into().expect("4 bytes"))
+            }
+        })
     }
 }
 

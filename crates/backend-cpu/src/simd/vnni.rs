@@ -59,16 +59,36 @@ const PREFETCH_COLUMNS: usize = 8;
 /// Rows `r0..r0 + R` × columns `c0..c0 + C`, every group of the row.
 #[inline(always)]
 fn tile<const R: usize, const C: usize>(x: &Q8Rows, r0: usize, w: &Q8Weight, c0: usize, m: usize, out: SharedOut) {
-    if w.data.format.nibbles {
-        tile_of::<R, C, true>(x, r0, w, c0, m, out)
-    } else {
-        tile_of::<R, C, false>(x, r0, w, c0, m, out)
+    match (w.data.format.nibbles, w.data.format.half_scales) {
+        (true, true) => tile_of::<R, C, true, true>(x, r0, w, c0, m, out),
+        (true, false) => tile_of::<R, C, true, false>(x, r0, w, c0, m, out),
+        (false, true) => tile_of::<R, C, false, true>(x, r0, w, c0, m, out),
+        (false, false) => tile_of::<R, C, false, false>(x, r0, w, c0, m, out),
     }
 }
 
-/// `tile` for codes stored as nibbles (`NIB`) or bytes.
+/// The 16 lanes of a group of `g` blocks whose per-block entries (f16 when `HALF`, else f32)
+/// start at `p`: lane L takes block L mod g.
+///
+/// # Safety
+/// 16 entries must be readable at `p`, and the CPU must have the kernel's features.
 #[inline(always)]
-fn tile_of<const R: usize, const C: usize, const NIB: bool>(
+unsafe fn group_lanes<const HALF: bool>(p: *const u8, g: usize) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = if HALF { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) } else { _mm512_loadu_ps(p.cast()) };
+        if g == LANES {
+            v
+        } else {
+            let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            _mm512_permutexvar_ps(_mm512_and_si512(iota, _mm512_set1_epi32(g as i32 - 1)), v)
+        }
+    }
+}
+
+/// `tile` for codes stored as nibbles (`NIB`) or bytes and scales as f16 (`HALF`) or f32.
+#[inline(always)]
+fn tile_of<const R: usize, const C: usize, const NIB: bool, const HALF: bool>(
     x: &Q8Rows,
     r0: usize,
     w: &Q8Weight,
@@ -83,19 +103,18 @@ fn tile_of<const R: usize, const C: usize, const NIB: bool>(
     // Each row's and column's data as one bounds-checked slice, read below through pointers at
     // offsets inside it (a slice per step and group would cost more scalar work than the
     // products).
+    let entry = if HALF { 2 } else { 4 };
     let mut wq = [std::ptr::null::<u8>(); C];
-    let (mut ws, mut wm) = ([std::ptr::null::<f32>(); C], [std::ptr::null::<f32>(); C]);
+    let (mut ws, mut wm) = ([std::ptr::null::<u8>(); C], [std::ptr::null::<u8>(); C]);
     for c in 0..C {
-        // Codes, then `lanes` f32 scales, then as many mins: 64-byte aligned sections of the row.
+        // Codes, then a scale per block, then a min per block, each section padded so that a
+        // group's 16-entry load stays inside it.
         let row = w.row(c0 + c);
-        assert!(row.len() >= d.codes_span + lanes * 4 * if f.has_min { 2 } else { 1 });
+        assert!(row.len() >= d.codes_span + d.scales_span * if f.has_min { 2 } else { 1 });
         wq[c] = row.as_ptr();
-        // SAFETY: inside `row` (checked above); the row and its sections start on 64-byte
-        // boundaries, so the f32 pointers are aligned, and every bit pattern is an f32.
-        ws[c] = unsafe { row.as_ptr().add(d.codes_span) }.cast::<f32>();
+        ws[c] = row[d.codes_span..].as_ptr();
         if f.has_min {
-            // SAFETY: as above.
-            wm[c] = unsafe { row.as_ptr().add(d.codes_span + lanes * 4) }.cast::<f32>();
+            wm[c] = row[d.codes_span + d.scales_span..].as_ptr();
         }
     }
     let mut xq = [std::ptr::null::<i8>(); R];
@@ -111,14 +130,15 @@ fn tile_of<const R: usize, const C: usize, const NIB: bool>(
     // SAFETY: for every intrinsic and pointer offset below: `q8_part`'s target features are
     // this function's (it only inlines there); every pointer is an offset inside the slice
     // checked above it: steps below `num_steps` of `step_bytes` (weights) or 64 (rows) bytes,
-    // and groups below `groups.len()` of 16 lanes.
+    // groups below `groups.len()` of 16 lanes (rows), and 16 entries from a group's first
+    // block, which the scale sections' padding holds (weights).
     unsafe {
         let nibble = _mm512_set1_epi8(0x0F);
         // The upper 256 bits of a broadcast step shift right by 4: the high nibbles.
         let shifts = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
         let neg_offset = _mm512_set1_epi32(-f.offset);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
-        for (gi, &(_, g, step0)) in d.layout.groups.iter().enumerate() {
+        for (gi, &(first, g, step0)) in d.layout.groups.iter().enumerate() {
             let at = gi * LANES;
             let mut isum = [[_mm512_setzero_si512(); C]; R];
             if f.offset != 0 {
@@ -147,18 +167,24 @@ fn tile_of<const R: usize, const C: usize, const NIB: bool>(
                     }
                 }
             }
+            let mut dw = [_mm512_setzero_ps(); C];
+            for c in 0..C {
+                dw[c] = group_lanes::<HALF>(ws[c].add(first * entry), g);
+            }
             for r in 0..R {
                 let da = _mm512_loadu_ps(xs[r].add(at));
                 for c in 0..C {
-                    let dw = _mm512_loadu_ps(ws[c].add(at));
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw, da), acc[r][c]);
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw[c], da), acc[r][c]);
                 }
             }
             if f.has_min {
+                for c in 0..C {
+                    dw[c] = group_lanes::<HALF>(wm[c].add(first * entry), g);
+                }
                 for r in 0..R {
                     let sa = _mm512_loadu_ps(xsa[r].add(at));
                     for c in 0..C {
-                        acc[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(wm[c].add(at)), sa, acc[r][c]);
+                        acc[r][c] = _mm512_fmadd_ps(dw[c], sa, acc[r][c]);
                     }
                 }
             }
