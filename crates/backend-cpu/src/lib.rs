@@ -151,9 +151,9 @@ impl CpuBackend {
     }
 
     /// The same, taking activations as Q8 blocks in `linear` for the weight formats that have
-    /// integer codes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K): integer dot products, a declared
-    /// precision the gate measures at its own floor. Weights are repacked at load (about 0.75
-    /// bytes per weight beside the checkpoint's).
+    /// integer codes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): integer dot products, a
+    /// declared precision the gate measures at its own floor. Weights are repacked at load into
+    /// rows about the size of the checkpoint's, beside them.
     pub fn with_q8_inputs(self, on: bool) -> Self {
         CpuBackend { q8_inputs: on, ..self }
     }

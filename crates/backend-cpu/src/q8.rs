@@ -39,11 +39,14 @@ pub(crate) struct Format {
     /// Blocks carry an additive min.
     pub has_min: bool,
     /// Scales and mins are f16 values (legacy formats), stored as such; K-quants' products of a
-    /// super-block scale and a 6-bit sub-scale need f32.
+    /// super-block scale and a sub-scale need f32.
     pub half_scales: bool,
+    /// Values per weight block (one scale each): 32, or 16 for Q6_K, whose 16-value sub-blocks
+    /// take both halves of an activation block's scale.
+    pub block_len: usize,
 }
 
-/// The Q8 path's view of `ty`, if it has one (Q6_K's 16-value scales and float formats do not).
+/// The Q8 path's view of `ty`, if it has one (float formats and Q2_K/Q3_K do not).
 pub(crate) fn format(ty: GgmlType) -> Option<Format> {
     let (nibbles, offset, has_min) = match ty {
         GgmlType::Q4_0 => (true, 8, false),
@@ -51,10 +54,12 @@ pub(crate) fn format(ty: GgmlType) -> Option<Format> {
         GgmlType::Q5_0 => (false, 16, false),
         GgmlType::Q5_1 | GgmlType::Q5_K => (false, 0, true),
         GgmlType::Q8_0 => (false, 128, false),
+        GgmlType::Q6_K => (false, 32, false),
         _ => return None,
     };
-    let half_scales = !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
-    Some(Format { nibbles, offset, has_min, half_scales })
+    let half_scales = !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+    let block_len = if ty == GgmlType::Q6_K { 16 } else { Q8_BLOCK };
+    Some(Format { nibbles, offset, has_min, half_scales, block_len })
 }
 
 /// Whether `linear` can take Q8 activations for a weight of `ty` with `k` columns.
@@ -62,9 +67,9 @@ pub(crate) fn supports(ty: GgmlType, k: usize) -> bool {
     format(ty).is_some() && ty.bytes_for(k as u64).is_some() && k.is_multiple_of(Q8_BLOCK)
 }
 
-/// Block `block` (0-based, in units of 32 values) of a row of `ty`: its 32 unsigned codes, scale
-/// and min, with w = d·(u − offset) + m exactly (d and m are products of at most 17 significant
-/// bits, exact in f32).
+/// Block `block` (0-based, in units of the format's `block_len` values) of a row of `ty`: its
+/// unsigned codes (the first `block_len` of 32), scale and min, with w = d·(u − offset) + m
+/// exactly (d and m are products of at most 19 significant bits, exact in f32).
 fn block_codes(ty: GgmlType, row: &[u8], block: usize) -> ([u8; 32], f32, f32) {
     let mut u = [0u8; 32];
     let nib = |qs: &[u8], i: usize, high: bool| if high { qs[i] >> 4 } else { qs[i] & 0x0F };
@@ -110,40 +115,60 @@ fn block_codes(ty: GgmlType, row: &[u8], block: usize) -> ([u8; 32], f32, f32) {
             }
             (u, f16_at(b, 0) * sc[sub] as f32, -(f16_at(b, 2) * mn[sub] as f32))
         }
+        GgmlType::Q6_K => {
+            let (b, sub) = (&row[(block / 16) * 210..][..210], block % 16);
+            let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
+            for (l, v) in u.iter_mut().take(16).enumerate() {
+                let idx = sub * 16 + l;
+                let (half, quarter, i) = (idx / 128, (idx / 32) % 4, idx % 32);
+                let low = (ql[half * 64 + (quarter % 2) * 32 + i] >> (4 * (quarter / 2))) & 0x0F;
+                let high = (qh[half * 32 + i] >> (2 * quarter)) & 3;
+                *v = low | (high << 4);
+            }
+            (u, f16_at(b, 208) * scales[sub] as i8 as f32, 0.0)
+        }
         _ => unreachable!("{ty} has no Q8 codes"),
     }
 }
 
-/// The groups of a row of `num_blocks` blocks: (first block, blocks G, first step).
+/// The groups of a row of `num_blocks` weight blocks of `block_len` values: (first block,
+/// blocks G, first step).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
+    pub block_len: usize,
     pub groups: Vec<(usize, usize, usize)>,
     pub num_steps: usize,
 }
 
 impl Layout {
-    pub fn new(num_blocks: usize) -> Layout {
+    pub fn new(num_blocks: usize, block_len: usize) -> Layout {
         let (mut groups, mut first, mut step) = (Vec::new(), 0, 0);
         while first < num_blocks {
             let g = (num_blocks - first).min(LANES).next_power_of_two();
             groups.push((first, g, step));
             first += g;
-            step += steps(g);
+            step += steps(g, block_len);
         }
-        Layout { groups, num_steps: step }
+        Layout { block_len, groups, num_steps: step }
+    }
+
+    /// Steps of a group of `g` blocks.
+    #[inline(always)]
+    pub fn steps(&self, g: usize) -> usize {
+        steps(g, self.block_len)
     }
 }
 
-/// Steps of a group of `g` blocks (32·g bytes, 64 a step; one for a lone block, half padding).
-pub(crate) fn steps(g: usize) -> usize {
-    (g / 2).max(1)
+/// Steps of a group of `g` blocks of `block_len` values (64 bytes a step; at least one, padded).
+pub(crate) fn steps(g: usize, block_len: usize) -> usize {
+    (g * block_len / STEP).max(1)
 }
 
-/// Where byte `j` (0..4) of lane `lane` at step `s` of a group of `g` blocks comes from: (block
-/// in the group, value in the block), or `None` for padding.
-pub(crate) fn place(g: usize, s: usize, lane: usize, j: usize) -> Option<(usize, usize)> {
+/// Where byte `j` (0..4) of lane `lane` at step `s` of a group of `g` blocks of `block_len`
+/// values comes from: (block in the group, value in the block), or `None` for padding.
+pub(crate) fn place(g: usize, block_len: usize, s: usize, lane: usize, j: usize) -> Option<(usize, usize)> {
     let at = 4 * (s * (LANES / g) + lane / g) + j;
-    (at < Q8_BLOCK).then_some((lane % g, at))
+    (at < block_len).then_some((lane % g, at))
 }
 
 /// A weight repacked for the Q8 path (shared by the slices `grouped_linear` takes). Each row is
@@ -178,7 +203,8 @@ impl Q8Weight {
     /// Repacks `rows` rows of `row_bytes` bytes of `ty` (`supports(ty, cols)` must hold).
     pub fn repack(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], row_bytes: usize) -> Q8Weight {
         let format = format(ty).expect("a Q8-path format");
-        let layout = Layout::new(cols / Q8_BLOCK);
+        let (block_len, num_blocks) = (format.block_len, cols / format.block_len);
+        let layout = Layout::new(num_blocks, block_len);
         let step_bytes = if format.nibbles { STEP / 2 } else { STEP };
         let codes_span = (layout.num_steps * step_bytes).next_multiple_of(64);
         let entry = if format.half_scales { 2 } else { 4 };
@@ -201,7 +227,7 @@ impl Q8Weight {
             let (scales, mins) = rest.split_at_mut(scales_span);
             for &(first, g, step0) in &layout.groups {
                 let blocks: Vec<_> =
-                    (0..g).map(|b| (first + b < cols / Q8_BLOCK).then(|| block_codes(ty, row, first + b))).collect();
+                    (0..g).map(|b| (first + b < num_blocks).then(|| block_codes(ty, row, first + b))).collect();
                 for (b, block) in blocks.iter().enumerate() {
                     if let Some((_, d, m)) = *block {
                         put(&mut scales[(first + b) * entry..], d);
@@ -210,11 +236,11 @@ impl Q8Weight {
                         }
                     }
                 }
-                for s in 0..steps(g) {
+                for s in 0..layout.steps(g) {
                     let step = &mut codes[(step0 + s) * step_bytes..][..step_bytes];
                     for lane in 0..LANES {
                         for j in 0..4 {
-                            let Some((b, v)) = place(g, s, lane, j) else { continue };
+                            let Some((b, v)) = place(g, block_len, s, lane, j) else { continue };
                             let Some((u, _, _)) = blocks[b] else { continue };
                             let i = 4 * lane + j;
                             if format.nibbles {
@@ -381,14 +407,17 @@ struct PackedRow<'a> {
 impl PackedRow<'_> {
     /// Lays out one row's quantized blocks (`codes` [k], a scale per block).
     fn fill(&mut self, layout: &Layout, codes: &[i8], block_scales: &[f32]) {
-        let num_blocks = block_scales.len();
+        // The weight's blocks (of `len` values: 32, or Q6_K's 16) each take the scale of the
+        // activation block that holds them.
+        let len = layout.block_len;
+        let num_blocks = codes.len() / len;
         for (gi, &(first, g, step0)) in layout.groups.iter().enumerate() {
             let at = gi * LANES;
             // Dword t of block b goes to lane (t mod per)·g + b of step t / per (`place`).
             let per = LANES / g;
             for b in 0..g.min(num_blocks - first) {
-                let src = &codes[(first + b) * Q8_BLOCK..][..Q8_BLOCK];
-                for t in 0..Q8_BLOCK / 4 {
+                let src = &codes[(first + b) * len..][..len];
+                for t in 0..len / 4 {
                     let (s, lane) = (t / per, (t % per) * g + b);
                     let four = &src[4 * t..4 * t + 4];
                     self.codes[(step0 + s) * STEP + 4 * lane..][..4].copy_from_slice(four);
@@ -397,7 +426,7 @@ impl PackedRow<'_> {
             }
             for lane in 0..LANES {
                 let b = first + lane % g;
-                let scale = if b < num_blocks { block_scales[b] } else { 0.0 };
+                let scale = if b < num_blocks { block_scales[b * len / Q8_BLOCK] } else { 0.0 };
                 self.scales[at + lane] = scale;
                 self.scaled_sums[at + lane] = scale * self.code_sums[at + lane] as f32;
             }
@@ -440,7 +469,7 @@ pub(crate) fn dot_portable(x: &Q8Rows, r: usize, w: &Q8Weight, c: usize) -> f32 
         for (i, &q) in isum.iter_mut().zip(x.lanes(&x.code_sums, r, gi)) {
             *i = -d.format.offset * q;
         }
-        for s in step0..step0 + steps(g) {
+        for s in step0..step0 + d.layout.steps(g) {
             let (u, q) = (w.step(c, s), x.step(r, s));
             for (lane, i) in isum.iter_mut().enumerate() {
                 for j in 0..4 {
@@ -499,27 +528,29 @@ mod tests {
 
     #[test]
     fn every_value_of_a_group_has_one_place() {
-        for g in [1, 2, 4, 8, 16] {
-            let mut seen = vec![0; g * Q8_BLOCK];
-            for s in 0..steps(g) {
+        for (g, len) in [1, 2, 4, 8, 16].into_iter().flat_map(|g| [(g, 32), (g, 16)]) {
+            let mut seen = vec![0; g * len];
+            for s in 0..steps(g, len) {
                 for lane in 0..LANES {
                     for j in 0..4 {
-                        if let Some((b, v)) = place(g, s, lane, j) {
+                        if let Some((b, v)) = place(g, len, s, lane, j) {
                             assert_eq!(b, lane % g);
-                            seen[b * Q8_BLOCK + v] += 1;
+                            seen[b * len + v] += 1;
                         }
                     }
                 }
             }
-            assert!(seen.iter().all(|&n| n == 1), "group of {g}: {seen:?}");
+            assert!(seen.iter().all(|&n| n == 1), "group of {g} blocks of {len}: {seen:?}");
         }
     }
 
     #[test]
     fn layouts_cover_the_row_with_full_groups_then_one_padded() {
-        assert_eq!(Layout::new(18).groups, vec![(0, 16, 0), (16, 2, 8)]);
-        assert_eq!(Layout::new(48).groups, vec![(0, 16, 0), (16, 16, 8), (32, 16, 16)]);
-        assert_eq!(Layout::new(1), Layout { groups: vec![(0, 1, 0)], num_steps: 1 });
-        assert_eq!(Layout::new(21).groups, vec![(0, 16, 0), (16, 8, 8)]);
+        assert_eq!(Layout::new(18, 32).groups, vec![(0, 16, 0), (16, 2, 8)]);
+        assert_eq!(Layout::new(48, 32).groups, vec![(0, 16, 0), (16, 16, 8), (32, 16, 16)]);
+        assert_eq!(Layout::new(1, 32), Layout { block_len: 32, groups: vec![(0, 1, 0)], num_steps: 1 });
+        assert_eq!(Layout::new(21, 32).groups, vec![(0, 16, 0), (16, 8, 8)]);
+        assert_eq!(Layout::new(48, 16).groups, vec![(0, 16, 0), (16, 16, 4), (32, 16, 8)]);
+        assert_eq!(Layout::new(48, 16).num_steps, 12);
     }
 }

@@ -184,7 +184,7 @@ fn q8_linear_is_identical_on_every_isa_and_every_row_equals_the_row_alone() {
     let bs: Vec<CpuBackend> = backends().into_iter().map(|b| b.with_q8_inputs(true)).collect();
     eprintln!("q8 on VNNI: {:?}", bs.iter().map(|b| b.q8_on_vnni()).collect::<Vec<_>>());
     let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
-    let k_types = [GgmlType::Q4_K, GgmlType::Q5_K];
+    let k_types = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
     let cases = types.iter().flat_map(|&ty| [32, 64, 96, 544, 576, 1536].map(|k| (ty, k)));
     for (ty, k) in cases.chain(k_types.iter().flat_map(|&ty| [256, 768, 1280].map(|k| (ty, k)))) {
         assert_eq!(bs[0].linear_inputs(ty, k), LinearInputs::Q8, "{ty} K={k}");

@@ -8,7 +8,7 @@
 use super::F32x16;
 use super::avx512::Avx512;
 use crate::SharedOut;
-use crate::q8::{LANES, Q8Rows, Q8Weight, STEP, steps};
+use crate::q8::{LANES, Q8Rows, Q8Weight, STEP};
 use std::arch::x86_64::*;
 
 /// Columns `m_start..m_end` of every row of `out` [num_rows, m].
@@ -149,7 +149,7 @@ fn tile_of<const R: usize, const C: usize, const NIB: bool, const HALF: bool>(
                     }
                 }
             }
-            for s in step0..step0 + steps(g) {
+            for s in step0..step0 + d.layout.steps(g) {
                 let mut u = [_mm512_setzero_si512(); C];
                 for c in 0..C {
                     let codes = wq[c].add(s * step_bytes);
