@@ -253,7 +253,7 @@ impl Backend for CpuBackend {
             None
         };
         let q8 = (self.linear_inputs(src.ty, src.cols) == LinearInputs::Q8)
-            .then(|| q8::Q8Weight::repack(src.ty, src.rows, src.cols, &src.bytes, row_bytes as usize));
+            .then(|| q8::Q8Weight::repack(&self.pool, src.ty, src.rows, src.cols, &src.bytes, row_bytes as usize));
         Ok(CpuWeight {
             name: src.name,
             ty: src.ty,

@@ -67,65 +67,74 @@ pub(crate) fn supports(ty: GgmlType, k: usize) -> bool {
     format(ty).is_some() && ty.bytes_for(k as u64).is_some() && k.is_multiple_of(Q8_BLOCK)
 }
 
-/// Block `block` (0-based, in units of the format's `block_len` values) of a row of `ty`: its
-/// unsigned codes (the first `block_len` of 32), scale and min, with w = d·(u − offset) + m
-/// exactly (d and m are products of at most 19 significant bits, exact in f32).
-fn block_codes(ty: GgmlType, row: &[u8], block: usize) -> ([u8; 32], f32, f32) {
-    let mut u = [0u8; 32];
-    let nib = |qs: &[u8], i: usize, high: bool| if high { qs[i] >> 4 } else { qs[i] & 0x0F };
+/// A row of `ty` as the Q8 path's unsigned codes (`values`, one per weight), scales and mins
+/// (`ds`, `ms`, one per block of the format's `block_len`), with w = d·(u − offset) + m exactly
+/// (d and m are products of at most 19 significant bits, exact in f32).
+fn row_codes(ty: GgmlType, row: &[u8], values: &mut [u8], ds: &mut [f32], ms: &mut [f32]) {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
             let size = if ty == GgmlType::Q4_0 { 18 } else { 20 };
-            let b = &row[block * size..][..size];
-            let qs = &b[size - 16..];
-            for (i, v) in u.iter_mut().enumerate() {
-                *v = nib(qs, i % 16, i >= 16);
+            for (b, blk) in row.chunks_exact(size).enumerate() {
+                let (v, qs) = (&mut values[b * 32..(b + 1) * 32], &blk[size - 16..]);
+                for i in 0..16 {
+                    (v[i], v[16 + i]) = (qs[i] & 0x0F, qs[i] >> 4);
+                }
+                ds[b] = f16_at(blk, 0);
+                ms[b] = if ty == GgmlType::Q4_1 { f16_at(blk, 2) } else { 0.0 };
             }
-            let m = if ty == GgmlType::Q4_1 { f16_at(b, 2) } else { 0.0 };
-            (u, f16_at(b, 0), m)
         }
         GgmlType::Q5_0 | GgmlType::Q5_1 => {
-            let size = if ty == GgmlType::Q5_0 { 22 } else { 24 };
-            let b = &row[block * size..][..size];
-            let qh_at = if ty == GgmlType::Q5_0 { 2 } else { 4 };
-            let qh = u32::from_le_bytes(b[qh_at..qh_at + 4].try_into().expect("4 bytes"));
-            let qs = &b[qh_at + 4..];
-            for (i, v) in u.iter_mut().enumerate() {
-                *v = nib(qs, i % 16, i >= 16) | ((((qh >> i) & 1) as u8) << 4);
+            let (size, qh_at) = if ty == GgmlType::Q5_0 { (22, 2) } else { (24, 4) };
+            for (b, blk) in row.chunks_exact(size).enumerate() {
+                let qh = u32::from_le_bytes(blk[qh_at..qh_at + 4].try_into().expect("4 bytes"));
+                let (v, qs) = (&mut values[b * 32..(b + 1) * 32], &blk[qh_at + 4..]);
+                for (i, x) in v.iter_mut().enumerate() {
+                    let low = if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 };
+                    *x = low | ((((qh >> i) & 1) as u8) << 4);
+                }
+                ds[b] = f16_at(blk, 0);
+                ms[b] = if ty == GgmlType::Q5_1 { f16_at(blk, 2) } else { 0.0 };
             }
-            let m = if ty == GgmlType::Q5_1 { f16_at(b, 2) } else { 0.0 };
-            (u, f16_at(b, 0), m)
         }
         GgmlType::Q8_0 => {
-            let b = &row[block * 34..][..34];
-            for (v, &q) in u.iter_mut().zip(&b[2..]) {
-                *v = (q as i8 as i32 + 128) as u8;
+            for (b, blk) in row.chunks_exact(34).enumerate() {
+                for (x, &q) in values[b * 32..(b + 1) * 32].iter_mut().zip(&blk[2..]) {
+                    *x = (q as i8 as i32 + 128) as u8;
+                }
+                (ds[b], ms[b]) = (f16_at(blk, 0), 0.0);
             }
-            (u, f16_at(b, 0), 0.0)
         }
         GgmlType::Q4_K | GgmlType::Q5_K => {
             let size = if ty == GgmlType::Q4_K { 144 } else { 176 };
-            let (b, sub) = (&row[(block / 8) * size..][..size], block % 8);
-            let (sc, mn) = k_scale_min(&b[4..16]);
-            let (qh, qs) = if ty == GgmlType::Q4_K { (&[][..], &b[16..144]) } else { (&b[16..48], &b[48..176]) };
-            for (l, v) in u.iter_mut().enumerate() {
-                let low = (qs[(sub / 2) * 32 + l] >> (4 * (sub % 2))) & 0x0F;
-                let high = if qh.is_empty() { 0 } else { (qh[l] >> sub) & 1 };
-                *v = low | (high << 4);
+            for (sb, blk) in row.chunks_exact(size).enumerate() {
+                let (sc, mn) = k_scale_min(&blk[4..16]);
+                let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+                let (qh, qs) =
+                    if ty == GgmlType::Q4_K { (&[][..], &blk[16..144]) } else { (&blk[16..48], &blk[48..176]) };
+                for sub in 0..8 {
+                    let v = &mut values[(sb * 8 + sub) * 32..][..32];
+                    for (l, x) in v.iter_mut().enumerate() {
+                        let low = (qs[(sub / 2) * 32 + l] >> (4 * (sub % 2))) & 0x0F;
+                        let high = if qh.is_empty() { 0 } else { (qh[l] >> sub) & 1 };
+                        *x = low | (high << 4);
+                    }
+                    ds[sb * 8 + sub] = d * sc[sub] as f32;
+                    ms[sb * 8 + sub] = -(dmin * mn[sub] as f32);
+                }
             }
-            (u, f16_at(b, 0) * sc[sub] as f32, -(f16_at(b, 2) * mn[sub] as f32))
         }
         GgmlType::Q6_K => {
-            let (b, sub) = (&row[(block / 16) * 210..][..210], block % 16);
-            let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
-            for (l, v) in u.iter_mut().take(16).enumerate() {
-                let idx = sub * 16 + l;
-                let (half, quarter, i) = (idx / 128, (idx / 32) % 4, idx % 32);
-                let low = (ql[half * 64 + (quarter % 2) * 32 + i] >> (4 * (quarter / 2))) & 0x0F;
-                let high = (qh[half * 32 + i] >> (2 * quarter)) & 3;
-                *v = low | (high << 4);
+            for (sb, blk) in row.chunks_exact(210).enumerate() {
+                let (ql, qh, scales, d) = (&blk[0..128], &blk[128..192], &blk[192..208], f16_at(blk, 208));
+                for (idx, x) in values[sb * 256..(sb + 1) * 256].iter_mut().enumerate() {
+                    let (half, quarter, i) = (idx / 128, (idx / 32) % 4, idx % 32);
+                    let low = (ql[half * 64 + (quarter % 2) * 32 + i] >> (4 * (quarter / 2))) & 0x0F;
+                    *x = low | (((qh[half * 32 + i] >> (2 * quarter)) & 3) << 4);
+                }
+                for sub in 0..16 {
+                    (ds[sb * 16 + sub], ms[sb * 16 + sub]) = (d * scales[sub] as i8 as f32, 0.0);
+                }
             }
-            (u, f16_at(b, 208) * scales[sub] as i8 as f32, 0.0)
         }
         _ => unreachable!("{ty} has no Q8 codes"),
     }
@@ -200,8 +209,9 @@ pub(crate) struct Q8Weight {
 }
 
 impl Q8Weight {
-    /// Repacks `rows` rows of `row_bytes` bytes of `ty` (`supports(ty, cols)` must hold).
-    pub fn repack(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], row_bytes: usize) -> Q8Weight {
+    /// Repacks `rows` rows of `row_bytes` bytes of `ty` (`supports(ty, cols)` must hold), rows
+    /// split over the pool's threads.
+    pub fn repack(pool: &Pool, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], row_bytes: usize) -> Q8Weight {
         let format = format(ty).expect("a Q8-path format");
         let (block_len, num_blocks) = (format.block_len, cols / format.block_len);
         let layout = Layout::new(num_blocks, block_len);
@@ -211,47 +221,69 @@ impl Q8Weight {
         let padded_blocks: usize = layout.groups.iter().map(|&(_, g, _)| g).sum();
         let scales_span = (padded_blocks + LANES) * entry;
         let stride = (codes_span + scales_span * if format.has_min { 2 } else { 1 }).next_multiple_of(64);
-        let mut out = Aligned::<u8>::zeroed(rows * stride);
-        let put = |dst: &mut [u8], v: f32| {
-            if format.half_scales {
-                let h = half::f16::from_f32(v);
-                assert_eq!(h.to_f32().to_bits(), v.to_bits(), "{ty}: a scale that is not an f16 value");
-                dst[..2].copy_from_slice(&h.to_le_bytes());
-            } else {
-                dst[..4].copy_from_slice(&v.to_le_bytes());
+        // Which of a row's values each byte of its codes takes (`place`, worked out once).
+        let mut gather = vec![u32::MAX; layout.num_steps * STEP];
+        for &(first, g, step0) in &layout.groups {
+            for s in 0..layout.steps(g) {
+                for lane in 0..LANES {
+                    for j in 0..4 {
+                        if let Some((b, v)) = place(g, block_len, s, lane, j).filter(|&(b, _)| first + b < num_blocks) {
+                            gather[(step0 + s) * STEP + 4 * lane + j] = ((first + b) * block_len + v) as u32;
+                        }
+                    }
+                }
             }
-        };
-        for (r, dst) in out.chunks_exact_mut(stride).enumerate() {
-            let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+        }
+        let repack_row = |row: &[u8], dst: &mut [u8], (values, ds, ms): &mut (Vec<u8>, Vec<f32>, Vec<f32>)| {
             let (codes, rest) = dst.split_at_mut(codes_span);
             let (scales, mins) = rest.split_at_mut(scales_span);
-            for &(first, g, step0) in &layout.groups {
-                let blocks: Vec<_> =
-                    (0..g).map(|b| (first + b < num_blocks).then(|| block_codes(ty, row, first + b))).collect();
-                for (b, block) in blocks.iter().enumerate() {
-                    if let Some((_, d, m)) = *block {
-                        put(&mut scales[(first + b) * entry..], d);
-                        if format.has_min {
-                            put(&mut mins[(first + b) * entry..], m);
-                        }
+            row_codes(ty, row, values, ds, ms);
+            let sections: &mut [(&mut [u8], &[f32])] =
+                &mut [(scales, &ds[..]), (if format.has_min { mins } else { &mut [] }, &ms[..])];
+            for (dst, from) in sections.iter_mut().filter(|(dst, _)| !dst.is_empty()) {
+                if format.half_scales {
+                    for (d, &v) in dst.chunks_exact_mut(2).zip(from.iter()) {
+                        let h = half::f16::from_f32(v);
+                        assert_eq!(h.to_f32().to_bits(), v.to_bits(), "{ty}: a scale that is not an f16 value");
+                        d.copy_from_slice(&h.to_le_bytes());
                     }
-                }
-                for s in 0..layout.steps(g) {
-                    let step = &mut codes[(step0 + s) * step_bytes..][..step_bytes];
-                    for lane in 0..LANES {
-                        for j in 0..4 {
-                            let Some((b, v)) = place(g, block_len, s, lane, j) else { continue };
-                            let Some((u, _, _)) = blocks[b] else { continue };
-                            let i = 4 * lane + j;
-                            if format.nibbles {
-                                step[i % 32] |= u[v] << (4 * (i / 32));
-                            } else {
-                                step[i] = u[v];
-                            }
-                        }
+                } else {
+                    for (d, &v) in dst.chunks_exact_mut(4).zip(from.iter()) {
+                        d.copy_from_slice(&v.to_le_bytes());
                     }
                 }
             }
+            for (step, from) in gather.chunks_exact(STEP).enumerate() {
+                let mut v = [0u8; STEP];
+                for (x, &src) in v.iter_mut().zip(from) {
+                    *x = if src == u32::MAX { 0 } else { values[src as usize] };
+                }
+                let dst = &mut codes[step * step_bytes..][..step_bytes];
+                if format.nibbles {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = v[i] | (v[32 + i] << 4);
+                    }
+                } else {
+                    dst.copy_from_slice(&v);
+                }
+            }
+        };
+        let mut out = Aligned::<u8>::zeroed(rows * stride);
+        {
+            let parts: Vec<Mutex<&mut [u8]>> = out.chunks_mut(REPACK_ROWS * stride).map(Mutex::new).collect();
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            pool.run(&|_, _| {
+                let mut scratch = (vec![0u8; cols], vec![0f32; num_blocks], vec![0f32; num_blocks]);
+                loop {
+                    let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(part) = parts.get(p) else { break };
+                    let mut part = part.lock().expect("a part of the repacked rows");
+                    for (i, dst) in part.chunks_exact_mut(stride).enumerate() {
+                        let r = p * REPACK_ROWS + i;
+                        repack_row(&bytes[r * row_bytes..(r + 1) * row_bytes], dst, &mut scratch);
+                    }
+                }
+            });
         }
         let data = Q8Data { format, layout, step_bytes, codes_span, scales_span, row_bytes: stride, rows: out };
         Q8Weight { data: Arc::new(data), first_row: 0 }
@@ -392,6 +424,9 @@ fn quantize_row_kernel<S: F32x16>(x: &[f32], codes: &mut [i8], scales: &mut [f32
         hi.div(d).round().min(top).max(zero.sub(top)).to_i8(&mut cb[16..]);
     }
 }
+
+/// Rows a thread repacks at a time.
+const REPACK_ROWS: usize = 64;
 
 /// Rows from which `Q8Rows::pack` splits its work over the pool.
 const PARALLEL_PACK_ROWS: usize = 32;
