@@ -3,7 +3,7 @@
 //! indexer's top-k is a full stable sort, so ties go to the lower entry id.
 
 use crate::{RefBackend, RefFloat, RefKvCache, RefTensor, dot};
-use plumb_core::{CompressedAttentionOps, Compression, KvStore, paged_segments};
+use plumb_core::{CompressedAttentionOps, Compression, KvStore, LinearInputs, paged_segments};
 use std::cmp::Ordering;
 
 /// 1 / sqrt(mean(x²) + eps).
@@ -237,9 +237,20 @@ impl<T: RefFloat> CompressedAttentionOps for RefBackend<T> {
         assert!(groups > 0 && w.rows.is_multiple_of(groups), "grouped_linear: {} rows in {groups} groups", w.rows);
         let (k, r) = (w.cols, w.rows / groups);
         assert_eq!((x.cols, out.rows, out.cols), (groups * k, x.rows, w.rows), "grouped_linear: shapes");
+        // The activations as the products see them (`RefBackend::with_linear_inputs`), a group's
+        // K at a time: Q8 blocks never straddle two groups.
+        let rounded: Vec<T>;
+        let x_data = match w.linear_inputs {
+            LinearInputs::F32 => &x.data,
+            inputs => {
+                let x32: Vec<f32> = x.data.iter().map(|v| v.to_f64() as f32).collect();
+                rounded = x32.chunks_exact(k).flat_map(|xg| inputs.apply_f64(xg)).map(T::from_f64).collect();
+                &rounded
+            }
+        };
         for n in 0..x.rows {
             for g in 0..groups {
-                let xg = &x.data[n * x.cols + g * k..n * x.cols + (g + 1) * k];
+                let xg = &x_data[n * x.cols + g * k..n * x.cols + (g + 1) * k];
                 for j in 0..r {
                     out.data[n * w.rows + g * r + j] = dot(xg, &w.data[(g * r + j) * k..(g * r + j + 1) * k]);
                 }
@@ -274,6 +285,27 @@ mod tests {
         assert!(close(&x.data, &want, 1e-15), "{:?}", x.data);
         b.rope_tail_interleaved(&mut x, &table, 1, 6, true);
         assert!(close(&x.data, &x0, 1e-15), "{:?}", x.data);
+    }
+
+    /// A weight declared to take Q8 activations rounds each group's input in its own blocks,
+    /// as `linear` does: the same as the rounded input through an undeclared weight.
+    #[test]
+    fn grouped_linear_takes_declared_q8_inputs_group_by_group() {
+        let b = RefBackend::<f64>::new(1);
+        let (groups, k) = (2, 64);
+        let x: Vec<f32> = (0..groups * k).map(|i| ((i * 37 % 29) as f32 - 14.0) * 0.113).collect();
+        let w: Vec<f64> = (0..groups * 3 * k).map(|i| ((i * 11 % 17) as f64 - 8.0) * 0.05).collect();
+        let mut declared = t(groups * 3, k, w.clone());
+        declared.linear_inputs = LinearInputs::Q8;
+        let mut got = b.tensor(1, groups * 3);
+        b.grouped_linear(&b.upload(&x, 1, groups * k), &declared, groups, &mut got);
+        let rounded = t(1, groups * k, LinearInputs::Q8.apply_f64(&x));
+        let mut want = b.tensor(1, groups * 3);
+        b.grouped_linear(&rounded, &t(groups * 3, k, w), groups, &mut want);
+        assert_eq!(got.data, want.data);
+        let mut plain = b.tensor(1, groups * 3);
+        b.grouped_linear(&b.upload(&x, 1, groups * k), &t(groups * 3, k, declared.data.clone()), groups, &mut plain);
+        assert_ne!(got.data, plain.data, "the declaration must change the products");
     }
 
     #[test]
