@@ -16,6 +16,8 @@ mod linear;
 mod moe;
 mod pool;
 mod q8;
+mod q8_rows;
+mod q8_weight;
 mod scored_moe;
 pub mod simd;
 mod weights;
