@@ -18,32 +18,4 @@ impl LaneDevice for CpuBackend {
     }
 }
 
-#[test]
-fn sixteen_requests_together_and_staggered_equal_each_run_alone() {
-    cases::sixteen_requests_together_and_staggered_equal_each_run_alone::<CpuBackend>();
-}
-
-#[test]
-fn prefill_chunk_sizes_give_identical_results() {
-    cases::prefill_chunk_sizes_give_identical_results::<CpuBackend>();
-}
-
-#[test]
-fn prefix_cache_hit_equals_fresh_computation() {
-    cases::prefix_cache_hit_equals_fresh_computation::<CpuBackend>();
-}
-
-#[test]
-fn preempted_and_recomputed_equals_never_preempted() {
-    cases::preempted_and_recomputed_equals_never_preempted::<CpuBackend>();
-}
-
-#[test]
-fn one_thread_equals_two_and_decode_equals_prefill() {
-    cases::one_thread_equals_two_and_decode_equals_prefill::<CpuBackend>();
-}
-
-#[test]
-fn scoring_shares_a_busy_engine_and_leaves_its_requests_untouched() {
-    cases::scoring_shares_a_busy_engine_and_leaves_its_requests_untouched::<CpuBackend>();
-}
+lane_case_tests!(CpuBackend);

@@ -235,3 +235,39 @@ pub fn scoring_shares_a_busy_engine_and_leaves_its_requests_untouched<B: LaneDev
     assert!(got == want[0], "scoring beside a running request changed it");
     assert_eq!(e.stats().num_blocks_in_use, 0);
 }
+
+/// One `#[test]` per case above on backend `$b` (a test binary's `LaneDevice`).
+#[macro_export]
+macro_rules! lane_case_tests {
+    ($b:ty) => {
+        #[test]
+        fn sixteen_requests_together_and_staggered_equal_each_run_alone() {
+            cases::sixteen_requests_together_and_staggered_equal_each_run_alone::<$b>();
+        }
+
+        #[test]
+        fn prefill_chunk_sizes_give_identical_results() {
+            cases::prefill_chunk_sizes_give_identical_results::<$b>();
+        }
+
+        #[test]
+        fn prefix_cache_hit_equals_fresh_computation() {
+            cases::prefix_cache_hit_equals_fresh_computation::<$b>();
+        }
+
+        #[test]
+        fn preempted_and_recomputed_equals_never_preempted() {
+            cases::preempted_and_recomputed_equals_never_preempted::<$b>();
+        }
+
+        #[test]
+        fn one_thread_equals_two_and_decode_equals_prefill() {
+            cases::one_thread_equals_two_and_decode_equals_prefill::<$b>();
+        }
+
+        #[test]
+        fn scoring_shares_a_busy_engine_and_leaves_its_requests_untouched() {
+            cases::scoring_shares_a_busy_engine_and_leaves_its_requests_untouched::<$b>();
+        }
+    };
+}
