@@ -7,12 +7,14 @@
 use cudarc::driver::{CudaFunction, DriverError, LaunchConfig, result, sys};
 use std::ffi::c_void;
 
-/// The most arguments any kernel of `kernels/*.cu` takes.
+/// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill.
 const MAX_ARGS: usize = 12;
+const MAX_SLOTS: usize = 40;
 
-/// One kernel launch. Each argument sits in an 8-byte slot; the driver reads as many bytes as the
-/// parameter's type has (4 for `int`/`float`, 8 for pointers and `u64`) from the slot's start,
-/// which on a little-endian host is the value's own bytes.
+/// One kernel launch. Each argument starts an 8-byte slot; the driver reads as many bytes as the
+/// parameter's type has (4 for `int`/`float`, 8 for pointers and `u64`, 128 for a tensor map,
+/// which fills 16 slots) from the slot's start, which on a little-endian host is the value's own
+/// bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {
     func: usize,
@@ -20,7 +22,9 @@ pub struct Launch {
     block: (u32, u32, u32),
     smem: u32,
     num_args: usize,
-    args: [u64; MAX_ARGS],
+    num_slots: usize,
+    starts: [u8; MAX_ARGS],
+    slots: [u64; MAX_SLOTS],
 }
 
 impl Launch {
@@ -31,15 +35,29 @@ impl Launch {
             block: cfg.block_dim,
             smem: cfg.shared_mem_bytes,
             num_args: 0,
-            args: [0; MAX_ARGS],
+            num_slots: 0,
+            starts: [0; MAX_ARGS],
+            slots: [0; MAX_SLOTS],
         }
     }
 
-    fn push(mut self, v: u64) -> Launch {
+    fn push_slots(mut self, v: &[u64]) -> Launch {
         assert!(self.num_args < MAX_ARGS, "a kernel takes more than {MAX_ARGS} arguments");
-        self.args[self.num_args] = v;
+        assert!(self.num_slots + v.len() <= MAX_SLOTS, "a kernel's arguments fill more than {MAX_SLOTS} slots");
+        self.starts[self.num_args] = self.num_slots as u8;
+        self.slots[self.num_slots..self.num_slots + v.len()].copy_from_slice(v);
         self.num_args += 1;
+        self.num_slots += v.len();
         self
+    }
+
+    fn push(self, v: u64) -> Launch {
+        self.push_slots(&[v])
+    }
+
+    /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes by value).
+    pub fn tensor_map(self, map: &sys::CUtensorMap) -> Launch {
+        self.push_slots(&map.opaque)
     }
 
     /// A device address (`T*`).
@@ -65,10 +83,10 @@ impl Launch {
     /// The arguments must match the kernel's parameter list, and every address must stay valid
     /// until the kernel has run.
     pub unsafe fn execute(&self, stream: sys::CUstream) -> Result<(), DriverError> {
-        let mut vals = self.args;
+        let mut vals = self.slots;
         let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
-        for (p, v) in params.iter_mut().zip(vals.iter_mut()) {
-            *p = (v as *mut u64).cast();
+        for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
+            *p = (&mut vals[start as usize] as *mut u64).cast();
         }
         // SAFETY: `params[..num_args]` point at live locals holding each argument's value; the
         // caller vouches for the argument list and the addresses (see above).

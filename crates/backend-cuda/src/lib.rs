@@ -22,6 +22,7 @@ mod pick;
 mod pool;
 mod step;
 mod step_state;
+mod tma;
 
 pub use graph::GraphStats;
 pub use kv::CudaKvCache;
@@ -104,7 +105,7 @@ pub struct CudaWeight {
     /// This weight's `linear` kernels for many and for few rows, and its `embed` (looked up once,
     /// not per op).
     pub(crate) kernels: [CudaFunction; 3],
-    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`: bf16
+    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`, `linear_tma.cu`: bf16
     /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
     /// [`CudaBackend::linear_inputs`]).
     pub(crate) mma: bool,
@@ -154,6 +155,8 @@ pub struct CudaBackend {
     pub(crate) decode_slots_wide: [Option<usize>; 8],
     pub(crate) decode_wide_groups: usize,
     pub(crate) decode_fill: f64,
+    /// How tensor-core `linear` runs (`tma::TmaPlan`).
+    pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
@@ -198,6 +201,9 @@ impl CudaBackend {
             let smem = match name.as_str() {
                 "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops::WGMMA_SMEM,
+                _ if name.starts_with("linear_tma_bf16_n") => {
+                    tma::tma_smem(name["linear_tma_bf16_n".len()..].parse().expect("named by rows"))
+                }
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
                         let store = KvStore::parse(store).expect("attention kernels are named by their store");
@@ -214,6 +220,7 @@ impl CudaBackend {
         }
         let decode_slots = resident_blocks(&ctx, &kernels, "linear_mma_decode_bf16", 128)?;
         let decode_slots_wide = resident_blocks(&ctx, &kernels, "linear_mma_decode_wide_bf16", 256)?;
+        let tma = tma::TmaPlan::new(&ctx, &kernels)?;
         let decode_wide_groups = match std::env::var("PLUMB_CUDA_DECODE_WIDE") {
             Ok(v) => v.parse().map_err(|_| CudaError::BadSetting {
                 name: "PLUMB_CUDA_DECODE_WIDE",
@@ -241,6 +248,7 @@ impl CudaBackend {
             decode_slots_wide,
             decode_wide_groups,
             decode_fill: decode_fill.unwrap_or(ops::DECODE_FILL),
+            tma,
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
                 .map_err(driver("allocating the decode counters"))?,

@@ -6,6 +6,7 @@
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
+use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_kernel, tma_smem};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, KvStore, LinearOps, RopeOps};
@@ -23,6 +24,9 @@ const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
 /// 64 K for 128 weight rows and 128 token rows. Both compute the same bits.
 pub(crate) const MMA_DECODE_MAX_ROWS: usize = 64;
+/// Up to this many rows the TMA kernel's last block of a feature tile folds a split K's chunk
+/// partials (128 features × rows × chunks loads for one block); more rows fold in `fold_chunks`.
+const TMA_FOLD_IN_KERNEL_ROWS: usize = 4;
 /// Blocks the decode kernel aimed for before its split followed the device's resident blocks
 /// (`PLUMB_CUDA_DECODE_SPLIT=fixed` brings that choice back, for measuring).
 const DECODE_BLOCKS: usize = 264;
@@ -132,6 +136,10 @@ impl CudaBackend {
             return;
         }
         self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
+        if w.mma && self.tma.enabled {
+            self.linear_tma(x, w, out, rounded);
+            return;
+        }
         // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
         let mut decode = None;
         let (kernel, cfg) = if w.mma {
@@ -189,6 +197,61 @@ impl CudaBackend {
             None => l,
         };
         self.submit(l);
+    }
+
+    /// `linear` on the TMA kernels (kernels/linear_tma.cu): the instance whose row tile holds
+    /// the rows (or tiles them by 128), 128 features per block, and for few rows K split over
+    /// blocks as `decode_split` plans it for the instance's resident blocks.
+    fn linear_tma(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
+        let rows = x.padded_rows;
+        let (i, name) = tma_kernel(rows);
+        let n = TMA_ROWS[i];
+        let tiles = w.rows.div_ceil(128);
+        let num_chunks = w.cols.div_ceil(256);
+        // A free choice: the fold is the same with any split. Many rows keep whole K per block.
+        let per_split = if n <= 64 {
+            decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill)
+        } else {
+            num_chunks
+        };
+        let splits = num_chunks.div_ceil(per_split);
+        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * w.rows * 4));
+        let own = rounded.is_none().then(|| self.round_bf16(x));
+        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
+        let xmap = bf16_tile_map(input, w.cols, rows, w.cols * 2, n);
+        let wmap = bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128);
+        let tasks = rows.div_ceil(n) * tiles * splits;
+        let cfg = LaunchConfig {
+            grid_dim: (self.tma.grid(i, tasks) as u32, 1, 1),
+            block_dim: (TMA_THREADS, 1, 1),
+            shared_mem_bytes: tma_smem(n) as u32,
+        };
+        // The last block of a tile folds a few rows' partials; more rows fold in a launch of
+        // their own, every element in parallel.
+        let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
+        let counters = if fold_apart { 0 } else { self.decode_counters(tiles * 2) };
+        self.submit(
+            Launch::new(self.kernel(&name), cfg)
+                .tensor_map(&xmap)
+                .tensor_map(&wmap)
+                .ptr(out.ptr())
+                .i32(rows as i32)
+                .i32(w.rows as i32)
+                .i32(w.cols as i32)
+                .i32(per_split as i32)
+                .ptr(part.as_ref().map_or(0, |p| p.ptr))
+                .ptr(counters),
+        );
+        if let Some(part) = part.filter(|_| fold_apart) {
+            let n = rows * w.rows;
+            self.submit(
+                Launch::new(self.kernel("fold_chunks"), grid_1d(n))
+                    .ptr(part.ptr)
+                    .ptr(out.ptr())
+                    .u64(n as u64)
+                    .i32(num_chunks as i32),
+            );
+        }
     }
 
     /// A per-row launch over `rows` rows, one block of 256 threads each.

@@ -24,8 +24,10 @@ pub fn bucket(num_rows: usize) -> Option<usize> {
 /// What a recorded step's graph is keyed by: its padded row count and its KV cache.
 pub type GraphKey = (usize, u64);
 
-/// One queued piece of device work.
+/// One queued piece of device work. Nearly every op is a kernel launch, so the launch is kept
+/// inline (a step's list is compared with a graph's, op by op) rather than boxed per launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Op {
     Kernel(Launch),
     /// A copy of `bytes` from pinned host memory at `src` to device address `dst`.

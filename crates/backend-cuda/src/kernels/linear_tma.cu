@@ -1,0 +1,270 @@
+// linear on Hopper's tensor cores, warp-specialised and fed by TMA: `linear_tma_bf16_n{8,16,32,64,
+// 128}`, the production kernels for every row count on Hopper. The canonical arithmetic is the one
+// linear_mma.cu defines, and the one its mma.sync decode kernels and linear_wgmma.cu's cp.async-fed
+// kernel compute (those stay for measuring against: PLUMB_CUDA_TMA=0). Uses linear_wgmma.cu's
+// WG_KS (64 of K per stage) and smem_addr.
+//
+// A task is 128 features x N rows over the chunks [split * chunks_per_split, ...) of K; a block
+// (nine warps, 288 threads) walks tasks (persistent: as many blocks as the device keeps
+// resident). Warp 8 is the producer: one of its threads copies each stage (64 of K) of the task's
+// 128 weight rows and N activation rows with TMA bulk tensor copies (128-byte swizzle; zeros past
+// the last feature, row and K) into a ring of STAGES buffers, announcing each on its `full`
+// mbarrier (transaction bytes), and goes on to the next task's stages while the consumers store.
+// Warpgroups 0 and 1 consume: each waits for a stage, issues its 4 wgmma k16 steps (its 64
+// features as A, the N rows as B: m64nNk16) and gives the buffer back on its `empty` mbarrier (one
+// arrival per consumer warp) once the steps reading it have completed. No block-wide barrier in
+// the main loop, so the tensor cores never wait for staging. A chunk's partial starts with
+// scale-d = 0 (tests/mma_probe.rs: the same bits as zeroed accumulators, and a wgmma of any N the
+// same as mma.sync). With one split the task folds its chunks in registers; with several (few
+// rows: `ops::decode_split`), each chunk's partial goes to `part` ([chunk][row][feature]) and they
+// are folded in chunk order — by the last block of a feature tile to arrive where `counters` is
+// given (they count arrivals, never add values; that block resets its counter), else by
+// `fold_chunks` after the kernel. The same fold either way, so the split changes no bit.
+
+#define TMA_TILE_BYTES (128 * 128)
+
+// K-major operand with 128-byte swizzle: rows of 64 bf16 (128 bytes), 8-row atoms 1024 bytes
+// apart; a k16 step inside the row starts 32 bytes further.
+__device__ __forceinline__ u64 tma_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+// A CUtensorMap, passed by value as a __grid_constant__ kernel parameter.
+struct __align__(64) TmaMap {
+    u64 opaque[16];
+};
+
+// The tile at (k, row) of `map` into shared memory at `dst`, completing its bytes on `bar`.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int k, int row, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst),
+        "l"((u64)map), "r"(k), "r"(row), "r"(bar)
+        : "memory");
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d[N / 2] = (accumulate ? d : 0) + A * B: one m64nNk16 step.
+template <int N>
+__device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int accumulate) {
+    if constexpr (N == 8) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (N == 16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (N == 32) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (N == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (N == 128) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
+}
+#endif
+
+// Stages of a block with N rows: six for the prefill tile (one block per SM), else as many as
+// leave room for two blocks per SM.
+__host__ __device__ constexpr int tma_stages(int n) { return n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5; }
+__host__ __device__ constexpr int tma_stage_bytes(int n) { return TMA_TILE_BYTES + n * 128; }
+
+template <int N>
+__device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap, float* __restrict__ out,
+                                           int num_rows, int n_out, int k_in, int chunks_per_split,
+                                           float* __restrict__ part, u32* __restrict__ counters) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int STAGES = tma_stages(N), STAGE = tma_stage_bytes(N), SPC = MMA_KC / WG_KS;
+    extern __shared__ __align__(128) u8 smem[];
+    __shared__ __align__(8) u64 bars[2 * STAGES];
+    __shared__ int is_last;
+    // The swizzled tiles need 1024-byte alignment; the launch gives 1 KB of slack for it.
+    const u32 base = (smem_addr(smem) + 1023) & ~1023u;
+    const u32 full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[STAGES]);
+    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
+    const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
+    const int row_tiles = (num_rows + N - 1) / N;
+    const int tasks = row_tiles * splits * ((n_out + 127) / 128);
+    const bool split = splits > 1;
+    // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
+    // chunks of one split, 128 features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
+    // (persistent: the producer stages the next task while the consumers store this one).
+    auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft) {
+        r0 = (t % row_tiles) * N;
+        const int rest = t / row_tiles;
+        c_lo = (rest % splits) * chunks_per_split;
+        c_hi = min(num_chunks, c_lo + chunks_per_split);
+        ft = rest / splits;
+    };
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < STAGES; b++) {
+            mbar_init(full0 + 8 * b, 1);
+            mbar_init(empty0 + 8 * b, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (threadIdx.x >= 256) {
+        if (threadIdx.x == 256) {
+            int i = 0;  // stages issued by this block, over all its tasks
+            for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
+                int r0, c_lo, c_hi, ft;
+                task(t, r0, c_lo, c_hi, ft);
+                for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
+                    const int b = i % STAGES;
+                    if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
+                    const u32 full = full0 + 8 * b, dst = base + b * STAGE;
+                    mbar_expect_tx(full, STAGE);
+                    tma_load_2d(dst, &wmap, s * WG_KS, ft * 128, full);
+                    tma_load_2d(dst + TMA_TILE_BYTES, &xmap, s * WG_KS, r0, full);
+                }
+            }
+        }
+        return;
+    }
+
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    int i = 0;  // stages consumed, over all tasks
+    for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
+        int r0, c_lo, c_hi, ft;
+        task(t, r0, c_lo, c_hi, ft);
+        const int f0 = ft * 128;
+        float d[N / 2], acc[N / 2];
+        for (int c = c_lo; c < c_hi; c++) {
+#pragma unroll
+            for (int q = 0; q < SPC; q++, i++) {
+                const int b = i % STAGES;
+                mbar_wait(full0 + 8 * b, (i / STAGES) & 1);
+                const u32 a = base + b * STAGE + wg * (64 * 128), x = base + b * STAGE + TMA_TILE_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                for (int step = 0; step < WG_KS / 16; step++)
+                    wgmma_n<N>(d, tma_desc(a + 32 * step), tma_desc(x + 32 * step), q + step > 0);
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                if (q > 0) {
+                    // The previous stage's steps have completed: its buffer goes back to the producer.
+                    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                    if (lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+                }
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+            if (split) {
+#pragma unroll
+                for (int e = 0; e < N / 2; e++) {
+                    const int m = f0 + 64 * wg + 16 * warp + g + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+                    if (m < n_out && n < num_rows) part[((u64)c * num_rows + n) * n_out + m] = d[e];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < N / 2; e++) acc[e] = __fadd_rn(c == c_lo ? 0.0f : acc[e], d[e]);
+            }
+        }
+        // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
+        // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the task's N.
+        if (!split) {
+#pragma unroll
+            for (int e = 0; e < N / 2; e++) {
+                const int m = f0 + 64 * wg + 16 * warp + g + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+                if (m < n_out && n < num_rows) out[(u64)n * n_out + m] = acc[e];
+            }
+            continue;
+        }
+        // Many rows: `fold_chunks` folds the partials, all elements in parallel. Few: the
+        // consumers (named barrier 1: the producer warp does not take part) agree on the last
+        // arrival at the feature tile, which folds.
+        if (counters == nullptr) continue;
+        __threadfence();
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (threadIdx.x == 0) is_last = atomicAdd(&counters[ft], 1u) == splits - 1;
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (!is_last) continue;
+        __threadfence();
+        for (int j = threadIdx.x; j < num_rows * 128; j += 256) {
+            const int n = j / 128, m = f0 + j % 128;
+            if (m >= n_out) continue;
+            float v = __fadd_rn(0.0f, __ldcg(part + (u64)n * n_out + m));
+#pragma unroll 8
+            for (int c = 1; c < num_chunks; c++) v = __fadd_rn(v, __ldcg(part + ((u64)c * num_rows + n) * n_out + m));
+            out[(u64)n * n_out + m] = v;
+        }
+        if (threadIdx.x == 0) counters[ft] = 0;
+    }
+#endif
+}
+
+// The fold of a split K's chunk partials ([chunk][element], `n` elements a chunk) in ascending
+// chunk order, one thread per output element: the left fold the unsplit kernels keep in registers.
+extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* __restrict__ out, u64 n, int num_chunks) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = __fadd_rn(0.0f, part[i]);
+#pragma unroll 8
+    for (int c = 1; c < num_chunks; c++) v = __fadd_rn(v, part[(u64)c * n + i]);
+    out[i] = v;
+}
+
+#define LINEAR_TMA(N, BLOCKS)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(288, BLOCKS)                                                      \
+        linear_tma_bf16_n##N(const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap,               \
+                             float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,      \
+                             float* __restrict__ part, u32* __restrict__ counters) {                                \
+        linear_tma<N>(xmap, wmap, out, num_rows, n_out, k_in, chunks_per_split, part, counters);                   \
+    }
+LINEAR_TMA(8, 2)
+LINEAR_TMA(16, 2)
+LINEAR_TMA(32, 2)
+LINEAR_TMA(64, 2)
+LINEAR_TMA(128, 1)
