@@ -114,11 +114,12 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let vocab = model.config().vocab_size;
     let lanes = *levels.iter().max().expect("non-empty");
     let per_request = args.prompt_len + args.gen_len + 1;
+    let step_tokens = args.step_tokens.unwrap_or(args.model.device.default_step_tokens(128));
     let config = SchedulerConfig {
         block_size: crate::session::BLOCK_SIZE,
         num_blocks: (lanes * per_request).div_ceil(crate::session::BLOCK_SIZE) + lanes,
         max_lanes: lanes,
-        max_batch_tokens: args.step_tokens,
+        max_batch_tokens: step_tokens,
         max_model_len: per_request,
         max_waiting: lanes,
         enable_prefix_cache: true,
@@ -177,7 +178,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         "device": device(),
         "prompt_len": args.prompt_len,
         "gen_len": args.gen_len,
-        "step_tokens": args.step_tokens,
+        "step_tokens": step_tokens,
         "sampling": "greedy, end-of-turn ignored",
         "draft": drafter.as_ref().map(ToString::to_string),
         "levels": results,
@@ -193,7 +194,10 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             Some(p) => Some(serde_json::from_str::<Value>(&std::fs::read_to_string(p)?)?),
             None => None,
         };
-        std::fs::write(svg, plot::concurrency_svg(&figures, peer.as_ref().map(|p| &p["figures"])))?;
+        std::fs::write(
+            svg,
+            plot::concurrency_svg(&figures, peer.as_ref().map(|p| (plot::peer_name(p), &p["figures"]))),
+        )?;
         eprintln!("plot written to {}", svg.display());
     }
     if args.json {

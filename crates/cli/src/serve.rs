@@ -27,9 +27,10 @@ pub struct ServeArgs {
     /// Requests accepted at once (running and waiting); more are answered 429.
     #[arg(long, default_value_t = 256, value_parser = counts::positive)]
     pub max_queue: usize,
-    /// Tokens computed per engine step (decode rows first, then prompt chunks).
-    #[arg(long, default_value_t = 256, value_parser = counts::positive)]
-    pub step_tokens: usize,
+    /// Tokens computed per engine step (decode rows first, then prompt chunks). Default: 256 on
+    /// the CPU, 2048 on CUDA.
+    #[arg(long, value_parser = counts::positive)]
+    pub step_tokens: Option<usize>,
     /// KV-cache positions shared by all requests (default: 2 × the context).
     #[arg(long, value_parser = counts::positive)]
     pub kv_tokens: Option<usize>,
@@ -91,7 +92,14 @@ where
     // Default: two full contexts, so a long request never waits for another one to finish.
     let kv_tokens = args.kv_tokens.unwrap_or(2 * args.model.ctx.unwrap_or(8192));
     let lanes = Lanes { max_lanes: args.max_lanes, kv_tokens, max_waiting: args.max_queue };
-    let session = Session::open_lanes(&path, &args.model, args.step_tokens, backend, true, &lanes)?;
+    let session = Session::open_lanes(
+        &path,
+        &args.model,
+        args.step_tokens.unwrap_or(args.model.device.default_step_tokens(256)),
+        backend,
+        true,
+        &lanes,
+    )?;
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         path.file_name().map_or("model".into(), |n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
     });

@@ -94,6 +94,19 @@ pub enum Device {
     Cuda(usize),
 }
 
+impl Device {
+    /// Rows per engine step when --step-tokens is not given: `cpu` on the CPU, where a step costs
+    /// about as much per row at any size, so small steps keep inter-token latency low while
+    /// prompts prefill; 2048 on CUDA, whose GEMMs need thousands of rows to fill the GPU (vLLM's
+    /// chunked-prefill budget for serving is the same).
+    pub fn default_step_tokens(self, cpu: usize) -> usize {
+        match self {
+            Device::Cpu => cpu,
+            Device::Cuda(_) => 2048,
+        }
+    }
+}
+
 impl std::str::FromStr for Device {
     type Err = String;
 
