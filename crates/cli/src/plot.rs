@@ -80,21 +80,38 @@ fn panel(svg: &mut String, x0: f64, title: &str, lines: &[Line<'_>]) {
     }
 }
 
-/// Throughput and p50 inter-token latency against concurrency, for plumb and an optional peer.
-pub fn concurrency_svg(plumb: &Value, peer: Option<&Value>) -> String {
+/// Throughput and p50 inter-token latency against concurrency, for plumb and an optional peer
+/// (`name`, its receipt's figures). Throughput is every generated token over the wall time, or,
+/// when the peer reports only decoding (llama-batched-bench, whose prompts prefill apart), the
+/// decode rate of both engines; a line without latencies is left out of that panel.
+pub fn concurrency_svg(plumb: &Value, peer: Option<(&str, &Value)>) -> String {
     let mut svg =
         String::from(r#"<svg xmlns="http://www.w3.org/2000/svg" width="820" height="320" font-family="sans-serif">"#);
     svg.push('\n');
-    let mut tput = vec![("plumb", "#1f77b4", series(plumb, "aggregate_tokens_per_s", None))];
+    let decode_only = peer.is_some_and(|(_, p)| series(p, "aggregate_tokens_per_s", None).is_empty());
+    let (key, title) = if decode_only {
+        ("aggregate_decode_tokens_per_s", "decode tokens/s")
+    } else {
+        ("aggregate_tokens_per_s", "aggregate tokens/s")
+    };
+    let mut tput = vec![("plumb", "#1f77b4", series(plumb, key, None))];
     let mut itl = vec![("plumb", "#1f77b4", series(plumb, "itl_ms", Some("p50")))];
-    if let Some(peer) = peer {
-        tput.push(("llama-server", "#d62728", series(peer, "aggregate_tokens_per_s", None)));
-        itl.push(("llama-server", "#d62728", series(peer, "itl_ms", Some("p50"))));
+    if let Some((name, peer)) = peer {
+        tput.push((name, "#d62728", series(peer, key, None)));
+        let lat = series(peer, "itl_ms", Some("p50"));
+        if !lat.is_empty() {
+            itl.push((name, "#d62728", lat));
+        }
     }
-    panel(&mut svg, 0.0, "aggregate tokens/s", &tput);
+    panel(&mut svg, 0.0, title, &tput);
     panel(&mut svg, 410.0, "inter-token latency p50, ms", &itl);
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The name a peer receipt's engine goes by in a plot.
+pub fn peer_name(receipt: &Value) -> &'static str {
+    if receipt["peer"].as_str().is_some_and(|p| p.contains("llama-server")) { "llama-server" } else { "llama.cpp" }
 }
 
 #[cfg(test)]
@@ -105,8 +122,23 @@ mod tests {
             {"concurrency": 1, "aggregate_tokens_per_s": 200.0, "itl_ms": {"p50": 5.0}},
             {"concurrency": 8, "aggregate_tokens_per_s": 500.0, "itl_ms": {"p50": 16.0}}]});
         let peer = serde_json::json!({"levels": [{"concurrency": 8, "aggregate_tokens_per_s": 170.0, "itl_ms": {"p50": 40.0}}]});
-        let svg = super::concurrency_svg(&plumb, Some(&peer));
+        let svg = super::concurrency_svg(&plumb, Some(("llama-server", &peer)));
         assert_eq!(svg.matches("<circle").count(), 6);
-        assert!(svg.contains("llama-server") && svg.ends_with("</svg>\n"));
+        assert!(svg.contains("llama-server") && svg.contains("aggregate tokens/s") && svg.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn a_decode_only_peer_is_drawn_against_plumbs_decode_rate() {
+        let plumb = serde_json::json!({"levels": [
+            {"concurrency": 1, "aggregate_tokens_per_s": 120.0, "aggregate_decode_tokens_per_s": 130.0, "itl_ms": {"p50": 7.0}},
+            {"concurrency": 8, "aggregate_tokens_per_s": 800.0, "aggregate_decode_tokens_per_s": 900.0, "itl_ms": {"p50": 8.0}}]});
+        let peer = serde_json::json!({"levels": [
+            {"concurrency": 1, "aggregate_decode_tokens_per_s": 200.0},
+            {"concurrency": 8, "aggregate_decode_tokens_per_s": 1000.0}]});
+        let svg = super::concurrency_svg(&plumb, Some(("llama.cpp", &peer)));
+        // Two throughput lines of two points, and plumb's latencies alone.
+        assert_eq!(svg.matches("<circle").count(), 6);
+        assert!(svg.contains("decode tokens/s") && svg.contains("llama.cpp"));
+        assert_eq!(super::peer_name(&serde_json::json!({"peer": "llama.cpp llama-batched-bench"})), "llama.cpp");
     }
 }
