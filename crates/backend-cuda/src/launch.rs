@@ -60,6 +60,11 @@ impl Launch {
         self.push_slots(&map.opaque)
     }
 
+    /// The kernel (its CUfunction, as an address).
+    pub fn func(&self) -> usize {
+        self.func
+    }
+
     /// A device address (`T*`).
     pub fn ptr(self, p: u64) -> Launch {
         self.push(p)

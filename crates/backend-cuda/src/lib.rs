@@ -20,6 +20,7 @@ mod launch;
 mod ops;
 mod pick;
 mod pool;
+mod profile;
 mod step;
 mod step_state;
 mod tma;
@@ -237,10 +238,12 @@ impl CudaBackend {
             .result()
             .map_err(driver("reading the driver version"))?;
         let nvrtc_version = compile::nvrtc_version()?;
-        let graphs_enabled = std::env::var("PLUMB_CUDA_GRAPHS").ok().is_none_or(|v| v != "0");
+        // Profiling times every launch, so it runs them eagerly.
+        let profiler = profile::Profiler::from_env();
+        let graphs_enabled = std::env::var("PLUMB_CUDA_GRAPHS").ok().is_none_or(|v| v != "0") && profiler.is_none();
         Ok(CudaBackend {
             pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
-            state: Mutex::new(step_state::State::default()),
+            state: Mutex::new(step_state::State { profile: profiler, ..Default::default() }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
@@ -465,6 +468,9 @@ impl Drop for CudaBackend {
         let _ = self.stream.synchronize();
         if let Ok(mut st) = self.state.lock() {
             st.graphs = graph::Graphs::default();
+            if let Some(p) = st.profile.as_mut() {
+                eprint!("{}", p.report(&self.kernels));
+            }
         }
     }
 }

@@ -20,6 +20,8 @@ pub struct State {
     pub staging: Staging,
     pub recorded: Vec<Op>,
     pub graphs: Graphs,
+    /// Per-kernel GPU time under `PLUMB_CUDA_PROFILE=1` (`profile`).
+    pub profile: Option<crate::profile::Profiler>,
 }
 
 /// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
@@ -53,8 +55,12 @@ impl CudaBackend {
             st.recorded.push(Op::Kernel(launch));
             return;
         }
-        drop(st);
         self.ctx.bind_to_thread().expect("CUDA context");
+        if let Some(p) = st.profile.as_mut() {
+            p.timed(&self.ctx, &self.stream, &launch).unwrap_or_else(|e| panic!("CUDA launch failed: {e}"));
+            return;
+        }
+        drop(st);
         graph::execute(&Op::Kernel(launch), &self.stream).unwrap_or_else(|e| panic!("CUDA launch failed: {e}"));
     }
 

@@ -1,0 +1,79 @@
+//! Per-kernel GPU time, for finding what bounds a run (`PLUMB_CUDA_PROFILE=1`, which also turns
+//! CUDA graphs off: every launch then runs eagerly through `submit`). Each launch is bracketed by
+//! two CUDA events on the backend's stream; pending pairs are resolved in batches, and when the
+//! backend is dropped it prints each kernel's launches, GPU time and share to stderr, widest first.
+//! The events change no launch and no result, only add a little host time per launch.
+
+use crate::launch::Launch;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, sys};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Pairs of events kept before they are resolved (and their time summed).
+const PENDING: usize = 4096;
+
+#[derive(Debug, Default)]
+pub struct Profiler {
+    pending: Vec<(usize, CudaEvent, CudaEvent)>,
+    /// Per kernel (its CUfunction): launches and milliseconds.
+    totals: HashMap<usize, (u64, f64)>,
+}
+
+impl Profiler {
+    /// A profiler when `PLUMB_CUDA_PROFILE=1`.
+    pub fn from_env() -> Option<Profiler> {
+        std::env::var("PLUMB_CUDA_PROFILE").is_ok_and(|v| v == "1").then(Profiler::default)
+    }
+
+    /// Runs `launch` on `stream` between two timing events.
+    pub fn timed(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        launch: &Launch,
+    ) -> Result<(), cudarc::driver::DriverError> {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (start, end) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
+        start.record(stream)?;
+        // SAFETY: as for any launch of the backend (`graph::execute`).
+        unsafe { launch.execute(stream.cu_stream()) }?;
+        end.record(stream)?;
+        self.pending.push((launch.func(), start, end));
+        if self.pending.len() >= PENDING {
+            self.resolve()?;
+        }
+        Ok(())
+    }
+
+    fn resolve(&mut self) -> Result<(), cudarc::driver::DriverError> {
+        for (func, start, end) in self.pending.drain(..) {
+            end.synchronize()?;
+            let t = self.totals.entry(func).or_default();
+            t.0 += 1;
+            t.1 += f64::from(start.elapsed_ms(&end)?);
+        }
+        Ok(())
+    }
+
+    /// The table of kernels by GPU time, named from `kernels`.
+    pub fn report(&mut self, kernels: &HashMap<String, CudaFunction>) -> String {
+        if let Err(e) = self.resolve() {
+            return format!("CUDA profile unavailable: {e}\n");
+        }
+        let names: HashMap<usize, &str> = kernels.iter().map(|(n, f)| (f.cu_function() as usize, n.as_str())).collect();
+        let mut rows: Vec<(&str, u64, f64)> =
+            self.totals.iter().map(|(f, &(n, ms))| (names.get(f).copied().unwrap_or("?"), n, ms)).collect();
+        rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let total: f64 = rows.iter().map(|r| r.2).sum();
+        let mut out = format!("CUDA profile (PLUMB_CUDA_PROFILE=1): {total:.1} ms of kernels\n");
+        out += &format!("{:<32} {:>9} {:>11} {:>9} {:>7}\n", "kernel", "launches", "total ms", "mean us", "share");
+        for (name, n, ms) in rows {
+            out += &format!(
+                "{name:<32} {n:>9} {ms:>11.2} {:>9.1} {:>6.1}%\n",
+                ms * 1e3 / n as f64,
+                100.0 * ms / total.max(1e-12)
+            );
+        }
+        out
+    }
+}
