@@ -1,8 +1,8 @@
 //! The kernel module's inventory: every kernel it defines, the weight formats and K/V stores
 //! with kernels, the K/V store a new backend takes, and how many decode-kernel blocks the
-//! device keeps resident (what `ops::decode_split` plans with).
+//! device keeps resident (what `ops_linear::decode_split` plans with).
 
-use crate::{CudaError, driver, ops};
+use crate::{CudaError, driver, ops, ops_linear};
 use cudarc::driver::{CudaContext, CudaFunction};
 use plumb_core::{GgmlType, KvStore};
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ pub(crate) fn resident_blocks(
     let mut slots = [None; 8];
     for (g, s) in slots.iter_mut().enumerate() {
         let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(threads, ops::decode_smem(g + 1), None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, ops_linear::decode_smem(g + 1), None)
             .map_err(driver("reading the decode kernel's occupancy"))?;
         *s = Some(sms * per_sm.max(1) as usize);
     }

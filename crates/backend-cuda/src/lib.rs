@@ -18,12 +18,14 @@ mod kernel_set;
 mod kv;
 mod launch;
 mod ops;
+mod ops_linear;
 mod pick;
 mod pool;
 mod profile;
 mod step;
 mod step_state;
 mod tma;
+mod transfer;
 
 pub use graph::GraphStats;
 pub use kv::CudaKvCache;
@@ -149,7 +151,7 @@ pub struct CudaBackend {
     kv_store: std::sync::atomic::AtomicU8,
     /// Resident blocks of the decode kernel on the whole device, per number of 8-row groups
     /// (None: the fixed split of `PLUMB_CUDA_DECODE_SPLIT=fixed`), and its modelled pipeline
-    /// fill (`ops::decode_split`; `PLUMB_CUDA_DECODE_FILL` overrides it, for measuring).
+    /// fill (`ops_linear::decode_split`; `PLUMB_CUDA_DECODE_FILL` overrides it, for measuring).
     pub(crate) decode_slots: [Option<usize>; 8],
     /// The same for the wide decode kernel (two warps per 16 features), and the number of 8-row
     /// groups from which it is used (`PLUMB_CUDA_DECODE_WIDE` overrides it, for measuring).
@@ -200,8 +202,8 @@ impl CudaBackend {
         for name in kernel_names() {
             let f = module.load_function(&name).map_err(driver("finding a kernel"))?;
             let smem = match name.as_str() {
-                "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops::MMA_DECODE_SMEM,
-                "linear_wgmma_bf16" => ops::WGMMA_SMEM,
+                "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops_linear::MMA_DECODE_SMEM,
+                "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
                 _ if name.starts_with("linear_tma_bf16_n") => {
                     tma::tma_smem(name["linear_tma_bf16_n".len()..].parse().expect("named by rows"))
                 }
@@ -228,7 +230,7 @@ impl CudaBackend {
                 value: v,
                 expected: "a number of 8-row groups (9: never)",
             })?,
-            Err(_) => ops::DECODE_WIDE_GROUPS,
+            Err(_) => ops_linear::DECODE_WIDE_GROUPS,
         };
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
@@ -250,7 +252,7 @@ impl CudaBackend {
             decode_slots,
             decode_slots_wide,
             decode_wide_groups,
-            decode_fill: decode_fill.unwrap_or(ops::DECODE_FILL),
+            decode_fill: decode_fill.unwrap_or(ops_linear::DECODE_FILL),
             tma,
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
@@ -388,78 +390,6 @@ impl CudaBackend {
     pub(crate) fn kernel(&self, name: &str) -> &CudaFunction {
         self.kernels.get(name).unwrap_or_else(|| panic!("no CUDA kernel `{name}`"))
     }
-
-    /// A pool buffer of `bytes` (at least one byte). On out-of-memory, the pool's free buffers go
-    /// back to the driver and the allocation is tried once more; failing again panics with the
-    /// sizes. The engine's start-up profile (`Backend::profiles_memory`) turns that panic into an
-    /// error before serving; past it, a step needs no more than the profiled one did.
-    pub(crate) fn alloc(&self, bytes: usize) -> DeviceBuf {
-        match DeviceBuf::new(&self.pool, bytes) {
-            Ok(b) => b,
-            Err(_) => {
-                self.synchronize();
-                self.pool.lock().expect("pool lock").release();
-                DeviceBuf::new(&self.pool, bytes).unwrap_or_else(|e| {
-                    let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
-                    let free = self
-                        .ctx
-                        .bind_to_thread()
-                        .ok()
-                        .and_then(|_| cudarc::driver::result::mem_get_info().ok())
-                        .map_or(String::new(), |(free, total)| {
-                            format!(" ({:.0} of {:.0} MiB free)", mib(free), mib(total))
-                        });
-                    panic!("out of device memory: an activation of {:.1} MiB{free}: {e}", mib(bytes))
-                })
-            }
-        }
-    }
-
-    /// `words` in a fresh pool buffer, copied now (recorded work is submitted first, so the copy
-    /// cannot overtake a recorded kernel that read the buffer's previous contents).
-    pub(crate) fn upload_words(&self, words: &[u32]) -> DeviceBuf {
-        self.flush();
-        let buf = self.alloc(words.len() * 4);
-        self.copy_in(buf.ptr, words);
-        buf
-    }
-
-    /// Copies host data to device address `dst` (pageable memory: the driver stages it before
-    /// returning, so `data` may go right after).
-    fn copy_in<T>(&self, dst: u64, data: &[T]) {
-        if data.is_empty() {
-            return;
-        }
-        self.ctx.bind_to_thread().expect("CUDA context");
-        // SAFETY: `dst` is a live device buffer of at least `size_of_val(data)` bytes (the caller
-        // allocated it for `data`), and every write to it is ordered on this stream.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }
-            .expect("CUDA upload failed");
-    }
-
-    /// `n` words from device address `src`, after the queued work that writes them.
-    pub(crate) fn download_words(&self, src: u64, n: usize) -> Vec<u32> {
-        self.download_from(src, n)
-    }
-
-    fn download_from<T: Copy + Default>(&self, src: u64, n: usize) -> Vec<T> {
-        self.flush();
-        let mut v = vec![T::default(); n];
-        if !v.is_empty() {
-            self.ctx.bind_to_thread().expect("CUDA context");
-            // SAFETY: the caller's buffer at `src` holds at least `n` values of T; the stream is
-            // synchronized before `v` is read or dropped.
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut v, src, self.stream.cu_stream()) }
-                .expect("CUDA download failed");
-        }
-        self.stream.synchronize().expect("CUDA download failed");
-        v
-    }
-
-    fn new_tensor(&self, rows: usize, cols: usize) -> CudaTensor {
-        let padded_rows = self.padded_rows(rows);
-        CudaTensor { rows, cols, padded_rows, buf: self.alloc(padded_rows * cols * 4) }
-    }
 }
 
 impl Drop for CudaBackend {
@@ -540,7 +470,7 @@ impl Backend for CudaBackend {
         };
         let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
         // The tensor-core kernels read their weights k-permuted (kernels/linear_mma.cu).
-        let permuted = mma.then(|| ops::kperm_bytes(&src.bytes));
+        let permuted = mma.then(|| ops_linear::kperm_bytes(&src.bytes));
         let host: &[u8] = permuted.as_deref().unwrap_or(&src.bytes);
         let bytes = self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).map_err(oom)?;
         let ptr = bytes.device_ptr(&self.stream).0;

@@ -1,77 +1,15 @@
 //! The op groups of `plumb_core::backend` on the CUDA backend: shape checks on the host, then one
 //! kernel launch per op (see `kernels/*.cu` for each op's canonical arithmetic).
 //! No launch parameter reads the token count except to cover every row: block shapes and
-//! reduction trees come from the model's shapes alone.
+//! reduction trees come from the model's shapes alone. `linear` and its neighbours (`LinearOps`) are
+//! in `ops_linear.rs`.
 
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_kernel, tma_smem};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
-use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, KvStore, LinearOps, RopeOps};
-
-/// Output features per `linear` block and activation rows per block (kernels/linear.cu).
-const LIN_WARPS: usize = 8;
-const LIN_ROWS: usize = 16;
-/// `linear_split` (the same arithmetic with K chunks spread over warps): features per block, the
-/// most chunks its shared memory holds, and the most rows it is used for (decode and verify).
-const LIN_SPLIT_FEAT: usize = 4;
-const LIN_SPLIT_MAX_CHUNKS: usize = 64;
-const LIN_SPLIT_MAX_ROWS: usize = 64;
-/// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
-/// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
-/// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
-/// 64 K for 128 weight rows and 128 token rows. Both compute the same bits.
-pub(crate) const MMA_DECODE_MAX_ROWS: usize = 64;
-/// Up to this many rows the TMA kernel's last block of a feature tile folds a split K's chunk
-/// partials (128 features × rows × chunks loads for one block); more rows fold in `fold_chunks`.
-const TMA_FOLD_IN_KERNEL_ROWS: usize = 4;
-/// Blocks the decode kernel aimed for before its split followed the device's resident blocks
-/// (`PLUMB_CUDA_DECODE_SPLIT=fixed` brings that choice back, for measuring).
-const DECODE_BLOCKS: usize = 264;
-/// The decode kernel's modelled pipeline fill, in chunk times per block (`decode_split`).
-pub(crate) const DECODE_FILL: f64 = 1.0;
-/// From this many 8-row groups on, the wide decode kernel (two warps per 16 features, 256
-/// threads) runs: each warp's chain of dependent mma steps is half as long. Same-run on the H200
-/// at the 8B's shapes: 1.19–1.44× faster at 16 and 32 rows, 1.48–1.51× at 64; one group has
-/// nothing to share.
-pub(crate) const DECODE_WIDE_GROUPS: usize = 2;
-pub(crate) const MMA_DECODE_SMEM: usize = 2 * (64 + MMA_DECODE_MAX_ROWS) * 512;
-pub(crate) const WGMMA_SMEM: usize = 6 * 2 * 128 * 64 * 2;
-
-/// Shared memory of a decode-kernel block for `groups` groups of 8 rows: two stages of 64
-/// weight rows and the rows, 512 bytes each.
-pub(crate) fn decode_smem(groups: usize) -> usize {
-    2 * (64 + 8 * groups) * 512
-}
-
-/// Chunks of K per block of the decode kernel, for `tiles` tiles of 64 features over
-/// `num_chunks` chunks and `rows` rows, on a device that keeps `slots` such blocks resident: the
-/// split with the least modelled time. The blocks run in waves of `slots`; a wave lasts as long
-/// as a block's chunks plus `fill` chunk times of pipeline fill; when K is split, each chunk also
-/// costs its partials' traffic (4-byte values of 64 features per row, written and read back, against
-/// a chunk's 64 × 256 bf16 weights: rows / 64 of a chunk). Ties go to fewer splits. Whole waves
-/// matter at one row: 448 tiles of gate‖up over 396 slots of an H200 left one SM in eight idle
-/// for a second wave as long as the first (89 µs; split in 4, 76 µs). A weight with two waves of
-/// whole tiles or more keeps whole K per block: its tail is a small part of its time, and a split
-/// only adds the fold (the LM head, 2,004 tiles: 241 µs whole, 280 µs split in 2).
-pub(crate) fn decode_split(tiles: usize, num_chunks: usize, slots: usize, rows: usize, fill: f64) -> usize {
-    if tiles >= 2 * slots {
-        return num_chunks;
-    }
-    let mut best = (f64::INFINITY, num_chunks);
-    for per_split in (1..=num_chunks).rev() {
-        let splits = num_chunks.div_ceil(per_split);
-        let chunk = if splits > 1 { 1.0 + rows as f64 / 64.0 } else { 1.0 };
-        let waves = (tiles * splits).div_ceil(slots.max(1));
-        let cost = waves as f64 * (per_split as f64 * chunk + fill);
-        if cost < best.0 * (1.0 - 1e-9) {
-            best = (cost, per_split);
-        }
-    }
-    best.1
-}
+use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, KvStore, RopeOps};
 
 /// Warps per attention block and (row, head) pairs per warp in one walk (kernels/attention.cu).
 const ATT_WARPS: usize = 4;
@@ -86,30 +24,15 @@ pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;
 
-/// A bf16 matrix's bytes k-permuted as the tensor-core kernels read them (kernels/linear_mma.cu,
-/// `kperm`): in each group of 32 elements, word j = 4t + c moves to word 4c + t. Rows are whole
-/// groups (`linear_inputs` admits K multiples of 32 only).
-pub(crate) fn kperm_bytes(bytes: &[u8]) -> Vec<u8> {
-    assert!(bytes.len().is_multiple_of(64), "k-permuted rows are whole groups of 32 bf16");
-    let mut out = vec![0u8; bytes.len()];
-    for (src, dst) in bytes.chunks_exact(64).zip(out.chunks_exact_mut(64)) {
-        for j in 0..16 {
-            let to = 4 * (j % 4) + j / 4;
-            dst[4 * to..4 * to + 4].copy_from_slice(&src[4 * j..4 * j + 4]);
-        }
-    }
-    out
-}
-
 /// A device address of per-row metadata: the step's (already on the device) or a fresh upload
 /// kept alive until the launch is queued.
-struct Meta {
-    ptr: u64,
+pub(crate) struct Meta {
+    pub(crate) ptr: u64,
     _upload: Option<DeviceBuf>,
 }
 
 impl CudaBackend {
-    fn step_meta(&self, ptr: Option<u64>, words: impl FnOnce() -> Vec<u32>) -> Meta {
+    pub(crate) fn step_meta(&self, ptr: Option<u64>, words: impl FnOnce() -> Vec<u32>) -> Meta {
         match ptr {
             Some(ptr) => Meta { ptr, _upload: None },
             None => {
@@ -119,202 +42,9 @@ impl CudaBackend {
         }
     }
 
-    /// x rounded to bf16 and k-permuted, as the tensor-core kernels take it.
-    fn round_bf16(&self, x: &CudaTensor) -> DeviceBuf {
-        let n32 = x.padded_rows * x.cols / 32;
-        let buf = self.alloc(n32 * 64);
-        self.submit(Launch::new(self.kernel("round_bf16"), grid_1d(n32)).ptr(x.ptr()).ptr(buf.ptr).u64(n32 as u64));
-        buf
-    }
-
-    /// `linear`; a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given,
-    /// else rounds x itself.
-    fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
-        assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
-        if x.padded_rows == 0 || w.rows == 0 {
-            return;
-        }
-        self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
-        if w.mma && self.tma.enabled {
-            self.linear_tma(x, w, out, rounded);
-            return;
-        }
-        // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
-        let mut decode = None;
-        let (kernel, cfg) = if w.mma {
-            if x.padded_rows <= MMA_DECODE_MAX_ROWS {
-                let tiles = w.rows.div_ceil(64);
-                let num_chunks = w.cols.div_ceil(256);
-                let groups = x.padded_rows.div_ceil(8);
-                let wide = groups >= self.decode_wide_groups;
-                let slots = if wide { self.decode_slots_wide[groups - 1] } else { self.decode_slots[groups - 1] };
-                // A free choice: the fold is the same with any split.
-                let per_split = match slots {
-                    Some(slots) => decode_split(tiles, num_chunks, slots, x.padded_rows, self.decode_fill),
-                    None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
-                };
-                let splits = num_chunks.div_ceil(per_split);
-                let part = (splits > 1).then(|| self.alloc(num_chunks * x.padded_rows * w.rows * 4));
-                decode = Some((per_split, part));
-                let smem = decode_smem(groups);
-                let grid = (tiles as u32, splits as u32, 1);
-                let (kernel, threads) =
-                    if wide { (self.kernel("linear_mma_decode_wide_bf16"), 256) } else { (&w.kernels[1], 128) };
-                (kernel, LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 })
-            } else {
-                let grid = (x.padded_rows.div_ceil(128) as u32, w.rows.div_ceil(128) as u32, 1);
-                let cfg = LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: WGMMA_SMEM as u32 };
-                (&w.kernels[0], cfg)
-            }
-        } else {
-            let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-            let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
-            let cfg = LaunchConfig {
-                grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
-                block_dim: (LIN_WARPS as u32 * 32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            (kernel, cfg)
-        };
-        // The tensor-core kernels take the activations rounded to bf16 and k-permuted, once for
-        // every block.
-        let own = (w.mma && rounded.is_none()).then(|| self.round_bf16(x));
-        let input = if w.mma { own.as_ref().or(rounded).map(|b| b.ptr).expect("rounded above") } else { x.ptr() };
-        let l = Launch::new(kernel, cfg)
-            .ptr(input)
-            .ptr(w.ptr)
-            .u64(w.row_bytes as u64)
-            .ptr(out.ptr())
-            .i32(x.padded_rows as i32)
-            .i32(w.rows as i32)
-            .i32(w.cols as i32);
-        let l = match &decode {
-            Some((per_split, part)) => {
-                let counters = self.decode_counters(w.rows.div_ceil(64));
-                l.i32(*per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters)
-            }
-            None => l,
-        };
-        self.submit(l);
-    }
-
-    /// `linear` on the TMA kernels (kernels/linear_tma.cu): the instance whose row tile holds
-    /// the rows (or tiles them by 128), 128 features per block, and for few rows K split over
-    /// blocks as `decode_split` plans it for the instance's resident blocks.
-    fn linear_tma(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
-        let rows = x.padded_rows;
-        let (i, name) = tma_kernel(rows);
-        let n = TMA_ROWS[i];
-        let tiles = w.rows.div_ceil(128);
-        let num_chunks = w.cols.div_ceil(256);
-        // A free choice: the fold is the same with any split. Many rows keep whole K per block.
-        let per_split = if n <= 64 {
-            decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill)
-        } else {
-            num_chunks
-        };
-        let splits = num_chunks.div_ceil(per_split);
-        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * w.rows * 4));
-        let own = rounded.is_none().then(|| self.round_bf16(x));
-        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        let xmap = bf16_tile_map(input, w.cols, rows, w.cols * 2, n);
-        let wmap = bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128);
-        let tasks = rows.div_ceil(n) * tiles * splits;
-        let cfg = LaunchConfig {
-            grid_dim: (self.tma.grid(i, tasks) as u32, 1, 1),
-            block_dim: (TMA_THREADS, 1, 1),
-            shared_mem_bytes: tma_smem(n) as u32,
-        };
-        // The last block of a tile folds a few rows' partials; more rows fold in a launch of
-        // their own, every element in parallel.
-        let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
-        let counters = if fold_apart { 0 } else { self.decode_counters(tiles * 2) };
-        self.submit(
-            Launch::new(self.kernel(&name), cfg)
-                .tensor_map(&xmap)
-                .tensor_map(&wmap)
-                .ptr(out.ptr())
-                .i32(rows as i32)
-                .i32(w.rows as i32)
-                .i32(w.cols as i32)
-                .i32(per_split as i32)
-                .ptr(part.as_ref().map_or(0, |p| p.ptr))
-                .ptr(counters),
-        );
-        if let Some(part) = part.filter(|_| fold_apart) {
-            let n = rows * w.rows;
-            self.submit(
-                Launch::new(self.kernel("fold_chunks"), grid_1d(n))
-                    .ptr(part.ptr)
-                    .ptr(out.ptr())
-                    .u64(n as u64)
-                    .i32(num_chunks as i32),
-            );
-        }
-    }
-
     /// A per-row launch over `rows` rows, one block of 256 threads each.
-    fn row_blocks(rows: usize) -> LaunchConfig {
+    pub(crate) fn row_blocks(rows: usize) -> LaunchConfig {
         LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
-    }
-}
-
-impl LinearOps for CudaBackend {
-    fn linear(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
-        self.linear_into(x, w, out, None);
-    }
-
-    /// q/k/v and gate/up: the activations are rounded once for all the tensor-core weights.
-    fn linear_multi(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
-        let rounded = (ws.iter().all(|w| w.mma) && x.padded_rows > 0).then(|| self.round_bf16(x));
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            self.linear_into(x, w, out, rounded.as_ref());
-        }
-    }
-
-    fn embed(&self, ids: &[u32], table: &CudaWeight, out: &mut CudaTensor) {
-        assert_eq!((out.rows, out.cols), (ids.len(), table.cols), "embed `{}`: shape mismatch", table.name);
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= table.rows) {
-            panic!("token id {id} outside `{}`", table.name);
-        }
-        if out.padded_rows == 0 {
-            return;
-        }
-        let padded = out.padded_rows;
-        let step = self.with_step(|s| (s.batch.token_ids == ids && s.padded_rows == padded).then_some(s.ids));
-        // Padded rows embed token 0.
-        let ids_dev = self.step_meta(step, || ids.iter().copied().chain(std::iter::repeat(0)).take(padded).collect());
-        let l = Launch::new(&table.kernels[2], Self::row_blocks(padded))
-            .ptr(ids_dev.ptr)
-            .ptr(table.ptr)
-            .u64(table.row_bytes as u64)
-            .ptr(out.ptr())
-            .i32(table.cols as i32);
-        self.submit(l);
-    }
-
-    fn gather_rows(&self, x: &CudaTensor, rows: &[u32], out: &mut CudaTensor) {
-        assert_eq!((out.rows, out.cols), (rows.len(), x.cols), "gather_rows: shape mismatch");
-        assert!(rows.iter().all(|&r| (r as usize) < x.rows), "gather_rows: row out of range");
-        if out.padded_rows == 0 {
-            return;
-        }
-        let padded = out.padded_rows;
-        let step = self.with_step(|s| {
-            let fits = padded <= s.padded_rows.max(s.batch.logits_rows.len()) && x.padded_rows == s.padded_rows;
-            (s.batch.logits_rows == rows && fits).then_some(s.logits_rows)
-        });
-        // Padded output rows copy padded input rows (or row 0 when the input has none).
-        let rows_dev = self.step_meta(step, || {
-            (0..padded).map(|i| rows.get(i).copied().unwrap_or(i.min(x.padded_rows - 1) as u32)).collect()
-        });
-        let l = Launch::new(self.kernel("gather_rows"), Self::row_blocks(padded))
-            .ptr(x.ptr())
-            .ptr(rows_dev.ptr)
-            .ptr(out.ptr())
-            .i32(x.cols as i32);
-        self.submit(l);
     }
 }
 
@@ -554,60 +284,5 @@ impl AttentionOps for CudaBackend {
             .ptr(out.ptr())
             .i32(rows_per_block as i32);
         self.submit(l);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{decode_split, kperm_bytes};
-
-    /// The stored element of element k, as `kperm` in kernels/linear_mma.cu computes it.
-    fn kperm(k: usize) -> usize {
-        let j = (k % 32) / 2;
-        (k / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + k % 2
-    }
-
-    #[test]
-    fn kperm_bytes_moves_each_element_where_the_kernels_read_it() {
-        let elements: Vec<u16> = (0..256u16).map(|i| i.wrapping_mul(40503)).collect();
-        let bytes: Vec<u8> = elements.iter().flat_map(|e| e.to_le_bytes()).collect();
-        let stored = kperm_bytes(&bytes);
-        for (k, &e) in elements.iter().enumerate() {
-            let s = kperm(k);
-            assert_eq!(u16::from_le_bytes([stored[2 * s], stored[2 * s + 1]]), e, "element {k}");
-        }
-        // Piece p of a group holds step p / 2's half p % 2: positions 2t, 2t + 1 (or 2t + 8, 2t + 9)
-        // of that step hold elements 8t + 4 (p / 2) + 2 (p % 2) + {0, 1}.
-        for p in 0..4 {
-            for t in 0..4 {
-                for b in 0..2 {
-                    let k = 8 * t + 4 * (p / 2) + 2 * (p % 2) + b;
-                    assert_eq!(kperm(k), 8 * p + 2 * t + b, "piece {p}, thread {t}");
-                }
-            }
-        }
-        assert_eq!(kperm_bytes(&stored), bytes, "the permutation is its own inverse");
-    }
-
-    #[test]
-    fn decode_splits_fill_whole_waves() {
-        // Llama-3.1-8B at one row on 396 slots (132 SMs × 3): gate‖up splits K in 4 (1,792
-        // blocks, 5 waves of 4 chunks) instead of one wave and a bit; down (64 tiles, 56 chunks)
-        // fills one wave.
-        assert_eq!(decode_split(448, 16, 396, 8, 1.0), 4);
-        let per = decode_split(64, 56, 396, 8, 1.0);
-        assert!(64 * 56usize.div_ceil(per) <= 396, "{per}");
-        // Partials cost more with more rows: 64 rows split no more than one row does.
-        assert!(decode_split(448, 16, 396, 64, 1.0) >= decode_split(448, 16, 396, 8, 1.0));
-        // A weight that fills two waves or more keeps whole chunks per block.
-        assert_eq!(decode_split(2004, 16, 396, 8, 1.0), 16);
-        assert_eq!(decode_split(100_000, 16, 396, 8, 1.0), 16);
-        // Always a valid split.
-        for tiles in [1, 7, 64, 396, 397, 2004] {
-            for chunks in [1, 2, 16, 56] {
-                let p = decode_split(tiles, chunks, 396, 8, 1.0);
-                assert!((1..=chunks).contains(&p));
-            }
-        }
     }
 }

@@ -36,7 +36,7 @@ pub(crate) fn tma_smem(n: usize) -> usize {
 /// How tensor-core `linear` runs on this device: whether on the TMA kernels (default; off with
 /// `PLUMB_CUDA_TMA=0`: mma.sync for few rows, cp.async-fed wgmma for many, the kernels they
 /// replaced, kept for measuring against), each instance's resident blocks on the whole device
-/// (SMs × blocks per SM at its shared memory and registers: what `ops::decode_split` plans the
+/// (SMs × blocks per SM at its shared memory and registers: what `ops_linear::decode_split` plans the
 /// split of K with, and the persistent grid), and whether blocks walk several tasks (default;
 /// `PLUMB_CUDA_TMA_PERSIST=0` launches one block per task). All compute the same bits.
 #[derive(Debug, Clone, Copy)]

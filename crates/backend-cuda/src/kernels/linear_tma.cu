@@ -115,7 +115,7 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
 #endif
 
 // Stages of a block with N rows: six for the prefill tile (one block per SM), else as many as
-// leave room for two blocks per SM.
+// leave room for two blocks per SM. `tma::tma_smem` sizes the launch from the same table: change both.
 __host__ __device__ constexpr int tma_stages(int n) { return n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5; }
 __host__ __device__ constexpr int tma_stage_bytes(int n) { return TMA_TILE_BYTES + n * 128; }
 
