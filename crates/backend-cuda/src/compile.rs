@@ -10,7 +10,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 8] = [
+pub const SOURCE: [&str; 9] = [
     include_str!("kernels/dequant.cu"),
     include_str!("kernels/linear.cu"),
     include_str!("kernels/linear_mma.cu"),
@@ -18,6 +18,7 @@ pub const SOURCE: [&str; 8] = [
     include_str!("kernels/linear_tma.cu"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/attention.cu"),
+    include_str!("kernels/attention_mma.cu"),
     include_str!("kernels/pick.cu"),
 ];
 

@@ -92,6 +92,11 @@ pub(crate) fn kernel_names() -> Vec<String> {
             names.push(format!("attention_{head_dim}_{}", store.name()));
         }
     }
+    for head_dim in ops::MMA_HEAD_DIMS {
+        for store in [KvStore::F16, KvStore::Bf16] {
+            names.push(format!("attention_mma_{head_dim}_{}", store.name()));
+        }
+    }
     for ty in GgmlType::DEQUANTIZABLE {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));

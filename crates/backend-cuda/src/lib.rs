@@ -158,6 +158,10 @@ pub struct CudaBackend {
     pub(crate) decode_slots_wide: [Option<usize>; 8],
     pub(crate) decode_wide_groups: usize,
     pub(crate) decode_fill: f64,
+    /// Whether attention over a 16-bit KV store runs on the tensor cores (`attention_mma.cu`, for
+    /// the head sizes of `ops::MMA_HEAD_DIMS`); `PLUMB_CUDA_ATT_MMA=0` keeps the f32 CUDA-core kernel,
+    /// for measuring against (a different canonical form: bits differ between the two settings).
+    pub(crate) attention_mma: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -206,6 +210,12 @@ impl CudaBackend {
                 "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
                 _ if name.starts_with("linear_tma_bf16_n") => {
                     tma::tma_smem(name["linear_tma_bf16_n".len()..].parse().expect("named by rows"))
+                }
+                _ if name.starts_with("attention_mma_") => {
+                    let (hd, store) =
+                        name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
+                    let store = KvStore::parse(store).expect("attention kernels are named by their store");
+                    ops::attention_mma_smem(hd.parse().expect("attention kernels are named by head size"), store)
                 }
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
@@ -258,6 +268,7 @@ impl CudaBackend {
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
                 .map_err(driver("allocating the decode counters"))?,
             kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
+            attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,

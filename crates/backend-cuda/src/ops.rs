@@ -21,6 +21,16 @@ pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
     let e = store.bytes();
     64 * (head_dim * e + 16) + 64 * head_dim * e + 4 * ATT_WARPS * ATT_PAIRS * head_dim
 }
+/// Head sizes with tensor-core attention kernels (`attention_mma.cu`), for f16 and bf16 stores.
+pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
+/// (row, head) pairs of one tensor-core attention walk: 4 warps of 16.
+const ATM_PAIRS: usize = 64;
+/// Shared memory of a tensor-core attention block: the K and V tiles and each warp's q pieces (2
+/// for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes` in attention_mma.cu.
+pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore) -> usize {
+    let pieces = if store == KvStore::F16 { 2 } else { 3 };
+    (2 * 64 + ATT_WARPS * pieces * 16) * (head_dim * 2 + 16)
+}
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -261,17 +271,28 @@ impl AttentionOps for CudaBackend {
         // holds, so prefill chunks share their tiles; rows of different lanes in one block would
         // walk one after another, so batches of about a row per lane (decode) take a row each.
         // A free choice: the arithmetic of every (row, head) is the same either way.
+        // The choice of kernel follows the model's head size and the cache's store only, never the
+        // batch, so every row of a model takes one canonical form.
+        let mma = self.attention_mma && kv.store != KvStore::F32 && MMA_HEAD_DIMS.contains(&spec.head_dim);
         let group = num_heads / spec.num_kv_heads;
-        let rows_per_block =
-            if rows >= 4 * batch.lanes.len().max(1) { (ATT_WARPS * ATT_PAIRS / group).clamp(1, 8) } else { 1 };
+        let (walk, max_rows) = if mma { (ATM_PAIRS, 64) } else { (ATT_WARPS * ATT_PAIRS, 8) };
+        let rows_per_block = if rows >= 4 * batch.lanes.len().max(1) { (walk / group).clamp(1, max_rows) } else { 1 };
+        let (name, smem) = if mma {
+            (
+                format!("attention_mma_{}_{}", spec.head_dim, kv.store.name()),
+                attention_mma_smem(spec.head_dim, kv.store),
+            )
+        } else {
+            (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
+        };
         let cfg = LaunchConfig {
             grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, 1),
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),
-            shared_mem_bytes: attention_smem(spec.head_dim, kv.store) as u32,
+            shared_mem_bytes: smem as u32,
         };
-        // One kernel per head size and store (kernels/attention.cu): `check_head_dim` admits exactly
-        // those head sizes.
-        let l = Launch::new(self.kernel(&format!("attention_{}_{}", spec.head_dim, kv.store.name())), cfg)
+        // One kernel per head size and store (kernels/attention.cu, attention_mma.cu):
+        // `check_head_dim` admits exactly those head sizes.
+        let l = Launch::new(self.kernel(&name), cfg)
             .ptr(q.ptr())
             .ptr(kv.k_ptrs[layer])
             .ptr(kv.v_ptrs[layer])

@@ -9,8 +9,8 @@ mod device;
 
 use plumb_backend_cuda::CudaBackend;
 use plumb_core::{
-    AttentionOps, Backend, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, LaneView, LinearOps, RopeOps,
-    WeightSource,
+    AttentionOps, Backend, ElementwiseOps, ForwardBatch, GgmlType, HostBytes, KvSpec, KvStore, LaneView, LinearOps,
+    RopeOps, WeightSource,
 };
 use plumb_verify::inputs::{Rng, Spread, activations, weight_bytes};
 
@@ -235,17 +235,27 @@ fn filled_cache(
     kv
 }
 
+/// Every K/V store: f32 runs the CUDA-core kernel, f16 and bf16 the tensor-core one.
+const STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
+
 #[test]
 fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
     let Some(b) = device::backend("attention") else { return };
+    for store in STORES {
+        b.set_kv_store(store);
+        attention_rows_invariant(&b, store);
+    }
+}
+
+fn attention_rows_invariant(b: &CudaBackend, store: KvStore) {
     let mut rng = Rng::new(device::seed());
     let (lanes, spec, lens) = lanes_and_spec();
     let (heads, width) = (9, spec.num_kv_heads * spec.head_dim);
     let total: usize = lens.iter().sum();
     let k = activations(&mut rng, total, width, Spread::Normal);
     let v = activations(&mut rng, total, width, Spread::DynamicRange);
-    let whole = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|_| total);
-    let chunked = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|s| [1, 7, 64, 3, 255][s % 5]);
+    let whole = filled_cache(b, &k, &v, &lanes, &spec, lens, &|_| total);
+    let chunked = filled_cache(b, &k, &v, &lanes, &spec, lens, &|s| [1, 7, 64, 3, 255][s % 5]);
     // Query rows: the positions at tile and split edges of lane 0 first, then random rows.
     let edges = [0u32, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 2099];
     let rows: Vec<(usize, u32)> = (0..MAX_M)
@@ -260,7 +270,9 @@ fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
     let q: Vec<f32> =
         activations(&mut rng, MAX_M, heads * spec.head_dim, Spread::Normal).iter().map(|x| x * 0.3).collect();
     let cols = heads * spec.head_dim;
-    for (name, kv) in [("attention", &whole), ("attention over chunk-written K/V", &chunked)] {
+    let names =
+        [format!("attention ({} KV)", store.name()), format!("attention over chunk-written {} K/V", store.name())];
+    for (name, kv) in [(&names[0], &whole), (&names[1], &chunked)] {
         check_rows(name, cols, &mut |sel| {
             let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
             for &g in sel {
@@ -281,7 +293,11 @@ fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
     b.attention(&qt, &whole, 0, &batch, heads, 0.125, &mut a);
     b.attention(&qt, &chunked, 0, &batch, heads, 0.125, &mut c);
     let (a, c) = (b.download(&a), b.download(&c));
-    assert!(a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()), "write_kv in chunks differs from one write");
+    assert!(
+        a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+        "write_kv in chunks differs from one write ({} KV)",
+        store.name()
+    );
 }
 
 /// Prefill chunks: consecutive rows of one lane share their KV tiles in one block (and walk
@@ -290,13 +306,20 @@ fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
 #[test]
 fn attention_of_prefill_chunks_equals_each_row_alone() {
     let Some(b) = device::backend("attention") else { return };
+    for store in STORES {
+        b.set_kv_store(store);
+        prefill_chunk_rows_equal_alone(&b, store);
+    }
+}
+
+fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
     let mut rng = Rng::new(device::seed() ^ 0xa77e);
     let (lanes, spec, lens) = lanes_and_spec();
     let total: usize = lens.iter().sum();
     let width = spec.num_kv_heads * spec.head_dim;
     let k = activations(&mut rng, total, width, Spread::Normal);
     let v = activations(&mut rng, total, width, Spread::DynamicRange);
-    let kv = filled_cache(&b, &k, &v, &lanes, &spec, lens, &|_| total);
+    let kv = filled_cache(b, &k, &v, &lanes, &spec, lens, &|_| total);
     // Chunks crossing tile and split edges, then a decode row of each lane.
     let chunks: [(usize, std::ops::Range<usize>); 6] =
         [(0, 1000..1090), (1, 0..130), (0, 2040..2100), (2, 5..69), (1, 699..700), (0, 63..66)];
@@ -322,11 +345,13 @@ fn attention_of_prefill_chunks_equals_each_row_alone() {
             let got = &all[r * cols..(r + 1) * cols];
             if let Some(j) = got.iter().zip(&alone).position(|(a, c)| a.to_bits() != c.to_bits()) {
                 panic!(
-                    "attention, {heads} heads: row {r} of the chunks differs alone at column {j}: {} vs {}",
-                    got[j], alone[j]
+                    "attention ({} KV), {heads} heads: row {r} of the chunks differs alone at column {j}: {} vs {}",
+                    store.name(),
+                    got[j],
+                    alone[j]
                 );
             }
         }
     }
-    eprintln!("attention: rows of prefill chunks equal their solo runs");
+    eprintln!("attention ({} KV): rows of prefill chunks equal their solo runs", store.name());
 }

@@ -319,4 +319,50 @@ fn attention_cases<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec
         .collect();
     let want = p.r.upload(&row0, 1, heads * d);
     out.push(nrms_case(p, "write_kv", "slot round trip".into(), &got, &want));
+    long_attention_case(p, rng, out);
+}
+
+/// One lane of 1,100 positions in scattered blocks, head size 128, GQA 8/2: query rows at the
+/// edges of the 64-position tiles and of the first 1,024-position split, so every tile and split
+/// fold of a kernel is measured against the float64 softmax.
+fn long_attention_case<B: FullBackend>(p: &Pair<'_, B>, rng: &mut Rng, out: &mut Vec<CaseResult>) {
+    let (heads, kv_heads, d, block, len) = (8, 2, 128, 16, 1100usize);
+    let num_blocks = len.div_ceil(block);
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads: kv_heads,
+        head_dim: d,
+        block_size: block,
+        num_blocks,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
+    let table: Vec<u32> = (0..num_blocks as u32).map(|i| (i * 29) % num_blocks as u32).collect();
+    let lanes = vec![LaneView { block_table: table }];
+    let mut history = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };
+    for pos in 0..len {
+        history.push_row(0, 0, pos);
+    }
+    let k = activations(rng, len, kv_heads * d, Spread::Normal);
+    let v = activations(rng, len, kv_heads * d, Spread::DynamicRange);
+    let mut kv_b = p.b.new_kv_cache(&spec);
+    let mut kv_r = p.r.new_kv_cache(&spec);
+    p.b.write_kv(&mut kv_b, 0, &p.b.upload(&k, len, kv_heads * d), &p.b.upload(&v, len, kv_heads * d), &history);
+    p.r.write_kv(&mut kv_r, 0, &p.r.upload(&k, len, kv_heads * d), &p.r.upload(&v, len, kv_heads * d), &history);
+    let mut batch = ForwardBatch { block_size: block, lanes, ..Default::default() };
+    for pos in [0, 63, 64, 500, 1023, 1024, 1099] {
+        batch.push_row(0, 0, pos);
+    }
+    let rows = batch.num_rows();
+    let q: Vec<f32> = activations(rng, rows, heads * d, Spread::Normal).iter().map(|v| v * 0.3).collect();
+    let mut got = p.poisoned(rows, heads * d);
+    p.b.attention(&p.b.upload(&q, rows, heads * d), &kv_b, 0, &batch, heads, 0.0884, &mut got);
+    let mut want = p.r.tensor(rows, heads * d);
+    p.r.attention(&p.r.upload(&q, rows, heads * d), &kv_r, 0, &batch, heads, 0.0884, &mut want);
+    out.push(nrms_case(
+        p,
+        "attention",
+        "GQA 8/2 heads x 128, 1,100 positions, tile and split edges".into(),
+        &got,
+        &want,
+    ));
 }

@@ -1,0 +1,299 @@
+// Paged causal grouped-query attention on the tensor cores, for K/V stored as f16 or bf16
+// (`attention_mma_{64,96,128}_{f16,bf16}`); the same rows, metadata and launch as attention.cu.
+//
+// Precision: f32 class, no new declared rounding. The tensor cores multiply 16-bit operands, and
+// K and V already are 16-bit as stored; q and the softmax weights p are not, so each enters as a
+// sum of pieces of the store's type, each piece rounding what the earlier ones left (exact f32
+// subtractions): 2 f16 pieces (22 significant bits) or 3 bf16 pieces (24). The products of the
+// pieces add up in the f32 accumulators, so a score and a weighted sum carry errors of f32 size
+// and the conformance bound of attention.cu holds unchanged. (An f16 piece overflows past 65,504,
+// as the f16 store itself does.)
+//
+// The canonical arithmetic of one (row, head) at absolute position p (tiles of ATT_TILE and
+// splits of ATT_SPLIT at absolute multiples, as attention.cu; its own form, not attention.cu's):
+// - Scores of a tile: for each 8 positions, one chain of mma m16n8k16 steps onto a zero f32
+//   accumulator, over the head's 16-dim steps in ascending order, q's pieces in order within a
+//   step; times `scale`. An mma output element depends on its own row and column only.
+// - Softmax: tile max (exact), m = max(m, tile max), alpha = exp(m_old - m), e = exp(s - m) (0 for
+//   positions past p), the tile's sum: this thread's 16 e in position order, then the quad's
+//   butterfly (xor 1, xor 2); l = l * alpha + sum.
+// - Output: acc = acc * alpha, then for each 16 positions in ascending order, the mma steps of
+//   e's pieces in order with V, accumulating onto acc.
+// - Splits merge into the total by the left fold of attention.cu, at the split's end or at the
+//   row's last tile; out = total / l.
+// Everything a row computes depends on its own q, p and the cached K/V: the rows sharing an
+// mma (a GQA group, a prefill chunk's rows) or a walk change no bit of it.
+//
+// The decomposition: a block takes one KV head and up to `rows_per_block` consecutive rows (the
+// longest rows' blocks first); each walk covers 64 (row, head) pairs, 16 per warp (the m16 of
+// the mma). K and V tiles are staged by cp.async as in attention.cu (V's copy overlaps the
+// scores, the next K's the P·V), rows padded by 16 bytes so ldmatrix reads hit distinct banks;
+// each warp keeps its q pieces in shared memory.
+
+#define ATM_WARPS 4
+#define ATM_M 16
+
+template <int ST> struct Mma16;
+template <> struct Mma16<KV_F16> {
+    static constexpr int PIECES = 2;
+    __device__ static u32 round(float x) {
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+        return h;
+    }
+    __device__ static float widen(u32 h) { return half_bits_f32((unsigned short)h); }
+    __device__ static void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct Mma16<KV_BF16> {
+    static constexpr int PIECES = 3;
+    __device__ static u32 round(float x) { return bf16_bits(x); }
+    __device__ static float widen(u32 h) { return __uint_as_float(h << 16); }
+    __device__ static void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+        mma_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
+    }
+};
+
+// Two values split into pieces, packed pairwise: word i holds piece i of x (low half) and of y.
+template <int ST>
+__device__ __forceinline__ void split_pair(float x, float y, u32 (&w)[Mma16<ST>::PIECES]) {
+#pragma unroll
+    for (int i = 0; i < Mma16<ST>::PIECES; i++) {
+        const u32 a = Mma16<ST>::round(x), b = Mma16<ST>::round(y);
+        w[i] = a | b << 16;
+        x = __fsub_rn(x, Mma16<ST>::widen(a));
+        y = __fsub_rn(y, Mma16<ST>::widen(b));
+    }
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// Shared memory of one block (bytes): the K and V tiles and each warp's q pieces, rows of
+// HD * 2 + 16 bytes.
+__host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces) {
+    return (2 * ATT_TILE + ATM_WARPS * pieces * ATM_M) * (hd * 2 + 16);
+}
+
+template <int HD, int ST>
+__device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
+                                                   const u8* __restrict__ v_cache, const u32* __restrict__ meta,
+                                                   int num_rows, int num_heads, int num_kv_heads, int block_size,
+                                                   float scale, float* __restrict__ out, int rows_per_block) {
+    using M = Mma16<ST>;
+    constexpr int P = M::PIECES;
+    constexpr int RS = HD * 2 + 16;  // bytes per staged row
+    constexpr int NB = HD / 8;       // 8-dim blocks of the output
+    constexpr int KS = HD / 16;      // 16-dim steps of a score
+    extern __shared__ __align__(16) u8 att_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    u8* ks = att_smem;
+    u8* vs = ks + ATT_TILE * RS;
+    u8* qs = vs + ATT_TILE * RS + warp * P * ATM_M * RS;  // [piece][16 pairs][RS]
+    const int g = lane / 4, t = lane % 4;
+    const int group = num_heads / num_kv_heads, kv_head = blockIdx.y;
+    const u64 stride = (u64)num_kv_heads * HD, base = (u64)kv_head * HD;
+    const int bx = gridDim.x - 1 - blockIdx.x;
+    const int r_end = min((bx + 1) * rows_per_block, num_rows);
+    // ldmatrix row addresses: q's A fragments (row, k offset) and K's / V's B fragments.
+    const int a_row = lane % 8 + 8 * ((lane / 8) % 2), a_col = 16 * (lane / 16);
+    const int k_row = lane % 8 + 8 * (lane / 16), k_col = 16 * ((lane / 8) % 2);
+    const int v_row = lane % 8 + 8 * ((lane / 8) % 2), v_col = 16 * (lane / 16);
+
+    for (int r0 = bx * rows_per_block; r0 < r_end;) {
+        const u32 toff = meta[num_rows + r0];
+        int r1 = r0 + 1;
+        while (r1 < r_end && meta[num_rows + r1] == toff) r1++;
+        const u32* table = meta + 2 * num_rows + toff;
+        const int num_pairs = (r1 - r0) * group;
+        for (int p0 = 0; p0 < num_pairs; p0 += ATM_WARPS * ATM_M) {
+            const int p_end = min(p0 + ATM_WARPS * ATM_M, num_pairs);
+            int ctx_max = 0;
+            for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+
+            // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
+            int ctx[2], row[2], head[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int p = p0 + ATM_M * warp + g + 8 * h;
+                row[h] = r0 + p / group;
+                head[h] = kv_head * group + p % group;
+                ctx[h] = p < p_end ? (int)meta[row[h]] + 1 : 0;
+            }
+            // q's pieces into this warp's shared rows (zeros for pairs past the walk).
+            for (int i = lane; i < ATM_M * HD / 2; i += 32) {
+                const int m = i / (HD / 2), d = 2 * (i % (HD / 2));
+                const int p = p0 + ATM_M * warp + m;
+                float2 x = make_float2(0.0f, 0.0f);
+                if (p < p_end) x = *(const float2*)(q + ((u64)(r0 + p / group) * num_heads + kv_head * group + p % group) * HD + d);
+                u32 w[P];
+                split_pair<ST>(x.x, x.y, w);
+#pragma unroll
+                for (int c = 0; c < P; c++) *(u32*)(qs + (c * ATM_M + m) * RS + 2 * d) = w[c];
+            }
+            float m_s[2] = {NEG_INF, NEG_INF}, l_s[2] = {0.0f, 0.0f};
+            float m_tot[2] = {NEG_INF, NEG_INF}, l_tot[2] = {0.0f, 0.0f};
+            float acc[NB][4], tot[NB][4], e[8][4];
+#pragma unroll
+            for (int n = 0; n < NB; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
+
+            att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, 0, ctx_max - 1);
+            for (int t0 = 0; t0 < ctx_max; t0 += ATT_TILE) {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+                __syncthreads();  // K of this tile (and q's pieces) are in; every warp is done with the last V
+                att_stage<HD, ST>(vs, RS, v_cache, stride, base, table, block_size, t0, ctx_max - 1);
+                const bool live[2] = {t0 < ctx[0], t0 < ctx[1]};
+                const bool warp_live = __any_sync(0xffffffffu, live[0] || live[1]);
+                if (warp_live) {
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) e[j][c] = 0.0f;
+#pragma unroll
+                    for (int kk = 0; kk < KS; kk++) {
+                        u32 a[P][4];
+#pragma unroll
+                        for (int c = 0; c < P; c++) ldmatrix_x4(a[c], smem_addr(qs + (c * ATM_M + a_row) * RS + 32 * kk + a_col));
+#pragma unroll
+                        for (int jj = 0; jj < 4; jj++) {
+                            u32 b[4];
+                            ldmatrix_x4(b, smem_addr(ks + (16 * jj + k_row) * RS + 32 * kk + k_col));
+#pragma unroll
+                            for (int c = 0; c < P; c++) {
+                                M::mma(e[2 * jj], a[c], b[0], b[1]);
+                                M::mma(e[2 * jj + 1], a[c], b[2], b[3]);
+                            }
+                        }
+                    }
+                    // Scores (positions past a row's p drop out), the tile max and the new running max.
+                    float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            const int h = c / 2, pos = t0 + 8 * j + 2 * t + c % 2;
+                            e[j][c] = pos < ctx[h] ? __fmul_rn(e[j][c], scale) : NEG_INF;
+                            tmax[h] = fmaxf(tmax[h], e[j][c]);
+                        }
+                    float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+                        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+                        const float m_new = live[h] ? fmaxf(m_s[h], tmax[h]) : m_s[h];
+                        alpha[h] = live[h] ? expf(m_s[h] - m_new) : 1.0f;
+                        m_s[h] = m_new;
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            const int h = c / 2, pos = t0 + 8 * j + 2 * t + c % 2;
+                            e[j][c] = pos < ctx[h] ? expf(e[j][c] - m_s[h]) : 0.0f;
+                            sum[h] = __fadd_rn(sum[h], e[j][c]);
+                        }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 1));
+                        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 2));
+                        if (live[h]) l_s[h] = __fadd_rn(__fmul_rn(l_s[h], alpha[h]), sum[h]);
+                    }
+#pragma unroll
+                    for (int n = 0; n < NB; n++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) acc[n][c] = __fmul_rn(acc[n][c], alpha[c / 2]);
+                }
+                __syncthreads();  // every warp is done with this K tile
+                if (t0 + ATT_TILE < ctx_max) {
+                    att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
+                    asm volatile("cp.async.wait_group 1;\n" ::);
+                } else {
+                    asm volatile("cp.async.wait_group 0;\n" ::);
+                }
+                __syncthreads();  // V of this tile is in
+                if (warp_live) {
+#pragma unroll
+                    for (int s = 0; s < ATT_TILE / 16; s++) {
+                        // e of positions 16 s .. 16 s + 15 as the A fragments of each piece.
+                        u32 pa[P][4], w[P];
+                        split_pair<ST>(e[2 * s][0], e[2 * s][1], w);
+#pragma unroll
+                        for (int c = 0; c < P; c++) pa[c][0] = w[c];
+                        split_pair<ST>(e[2 * s][2], e[2 * s][3], w);
+#pragma unroll
+                        for (int c = 0; c < P; c++) pa[c][1] = w[c];
+                        split_pair<ST>(e[2 * s + 1][0], e[2 * s + 1][1], w);
+#pragma unroll
+                        for (int c = 0; c < P; c++) pa[c][2] = w[c];
+                        split_pair<ST>(e[2 * s + 1][2], e[2 * s + 1][3], w);
+#pragma unroll
+                        for (int c = 0; c < P; c++) pa[c][3] = w[c];
+#pragma unroll
+                        for (int nn = 0; nn < HD / 16; nn++) {
+                            u32 b[4];
+                            ldmatrix_x4_trans(b, smem_addr(vs + (16 * s + v_row) * RS + 32 * nn + v_col));
+#pragma unroll
+                            for (int c = 0; c < P; c++) {
+                                M::mma(acc[2 * nn], pa[c], b[0], b[1]);
+                                M::mma(acc[2 * nn + 1], pa[c], b[2], b[3]);
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (!live[h] || ((t0 + ATT_TILE) % ATT_SPLIT != 0 && t0 + ATT_TILE < ctx[h])) continue;
+                        const float m = fmaxf(m_tot[h], m_s[h]);
+                        const float a_tot = expf(m_tot[h] - m), a_s = expf(m_s[h] - m);
+                        l_tot[h] = __fadd_rn(__fmul_rn(l_tot[h], a_tot), __fmul_rn(l_s[h], a_s));
+#pragma unroll
+                        for (int n = 0; n < NB; n++)
+#pragma unroll
+                            for (int c = 2 * h; c < 2 * h + 2; c++) {
+                                tot[n][c] = __fadd_rn(__fmul_rn(tot[n][c], a_tot), __fmul_rn(acc[n][c], a_s));
+                                acc[n][c] = 0.0f;
+                            }
+                        m_tot[h] = m;
+                        m_s[h] = NEG_INF;
+                        l_s[h] = 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (ctx[h] == 0) continue;
+                float* oh = out + ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
+#pragma unroll
+                for (int n = 0; n < NB; n++)
+                    *(float2*)(oh + 8 * n) =
+                        make_float2(__fdiv_rn(tot[n][2 * h], l_tot[h]), __fdiv_rn(tot[n][2 * h + 1], l_tot[h]));
+            }
+            __syncthreads();  // the next walk restages q and the tiles
+        }
+        r0 = r1;
+    }
+}
+
+#define ATTENTION_MMA_KERNEL(HD, NAME, ST)                                                                     \
+    extern "C" __global__ void __launch_bounds__(ATM_WARPS * 32)                                                  \
+        attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
+                                    int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
+                                    float* out, int rows_per_block) {                                             \
+        attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
+                                   scale, out, rows_per_block);                                                   \
+    }
+#define ATTENTION_MMA_KERNELS(HD)              \
+    ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
+    ATTENTION_MMA_KERNEL(HD, bf16, KV_BF16)
+ATTENTION_MMA_KERNELS(64)
+ATTENTION_MMA_KERNELS(96)
+ATTENTION_MMA_KERNELS(128)
