@@ -1,5 +1,7 @@
-// Paged causal grouped-query attention: prefill, decode and verify rows alike in one launch; one
-// kernel per head size (`attention_64`, ...), so every per-lane array is sized at compile time.
+// Paged causal grouped-query attention on the f32 CUDA cores (f16/bf16 stores at head sizes 64, 96
+// and 128 take the tensor-core kernels of attention_mma.cu instead): prefill, decode and verify
+// rows alike in one launch; one kernel per head size (`attention_64`, ...), so every per-lane
+// array is sized at compile time.
 //
 // The canonical arithmetic of one (row, head) at absolute position p, fixed by the model's shapes:
 // positions 0..=p are cut into tiles at absolute multiples of ATT_TILE (64), tiles grouped into
