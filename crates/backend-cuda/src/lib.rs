@@ -369,6 +369,16 @@ impl CudaBackend {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
 
+    /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
+    /// `PLUMB_CUDA_ATT_MMA`), for receipts: a figure measured with a switch off says so.
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 3] {
+        [
+            ("linear_tma", self.tma.enabled),
+            ("linear_tma_persistent", self.tma.persistent),
+            ("attention_tensor_cores", self.attention_mma),
+        ]
+    }
+
     /// How recorded steps ran so far: captured, replayed, or launch by launch.
     pub fn graph_stats(&self) -> GraphStats {
         self.lock_state().graphs.stats()

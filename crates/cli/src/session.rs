@@ -231,6 +231,11 @@ impl OpenBackend for CudaBackend {
             "kernels_from_disk_cache": self.kernels_cached,
             "cuda_graphs": self.graphs_enabled(),
             "kv_store": plumb_core::Backend::kv_store(self).name(),
+            "kernels": self
+                .kernel_choices()
+                .into_iter()
+                .map(|(k, on)| (k.to_string(), serde_json::Value::Bool(on)))
+                .collect::<serde_json::Map<_, _>>(),
             "graph_steps": {
                 "captured": self.graph_stats().num_captured,
                 "replayed": self.graph_stats().num_replayed,
