@@ -60,6 +60,8 @@ pub(crate) const KV_STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore:
 pub(crate) fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = [
         "rms_norm",
+        "rms_norm_bf16",
+        "attention_merge",
         "add",
         "add_bias",
         "silu_mul",

@@ -162,6 +162,13 @@ pub struct CudaBackend {
     /// the head sizes of `ops::MMA_HEAD_DIMS`); `PLUMB_CUDA_ATT_MMA=0` keeps the f32 CUDA-core kernel,
     /// for measuring against (a different canonical form: bits differ between the two settings).
     pub(crate) attention_mma: bool,
+    /// Whether decode rows on the tensor-core attention split their context over blocks
+    /// (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
+    pub(crate) attention_split_kv: bool,
+    /// Whether a weight on the tensor cores has been loaded (`rms_norm` then writes the rounded
+    /// copy of its output those weights take; `PLUMB_CUDA_NORM_ROUND=0` turns that off).
+    pub(crate) mma_weights: AtomicBool,
+    norm_round: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -269,6 +276,9 @@ impl CudaBackend {
                 .map_err(driver("allocating the decode counters"))?,
             kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
+            attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
+            mma_weights: AtomicBool::new(false),
+            norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,
@@ -490,6 +500,9 @@ impl Backend for CudaBackend {
             None
         };
         let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
+        if mma && self.norm_round {
+            self.mma_weights.store(true, Ordering::Relaxed);
+        }
         // The tensor-core kernels read their weights k-permuted (kernels/linear_mma.cu).
         let permuted = mma.then(|| ops_linear::kperm_bytes(&src.bytes));
         let host: &[u8] = permuted.as_deref().unwrap_or(&src.bytes);

@@ -25,6 +25,8 @@ pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
 pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 /// (row, head) pairs of one tensor-core attention walk: 4 warps of 16.
 const ATM_PAIRS: usize = 64;
+/// Positions per split of the tensor-core attention's canonical form (`ATM_SPLIT`).
+const ATM_SPLIT: usize = 256;
 /// Shared memory of a tensor-core attention block: the K and V tiles and each warp's q pieces (2
 /// for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes` in attention_mma.cu.
 pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore) -> usize {
@@ -70,13 +72,24 @@ impl ElementwiseOps for CudaBackend {
         if x.padded_rows == 0 {
             return;
         }
-        let l = Launch::new(self.kernel("rms_norm"), Self::row_blocks(x.padded_rows))
-            .ptr(x.ptr())
-            .ptr(w)
-            .f32(eps)
-            .ptr(out.ptr())
-            .i32(x.cols as i32);
-        self.submit(l);
+        // With tensor-core weights loaded, the norm also writes its output as `round_bf16` would
+        // (what the q/k/v and gate/up projections after it take), saving that launch.
+        let round = self.mma_weights.load(std::sync::atomic::Ordering::Relaxed) && x.cols.is_multiple_of(32);
+        let rounded = round.then(|| self.alloc(x.padded_rows * x.cols * 2));
+        let l =
+            Launch::new(self.kernel(if round { "rms_norm_bf16" } else { "rms_norm" }), Self::row_blocks(x.padded_rows))
+                .ptr(x.ptr())
+                .ptr(w)
+                .f32(eps)
+                .ptr(out.ptr())
+                .i32(x.cols as i32);
+        self.submit(match &rounded {
+            Some(buf) => l.ptr(buf.ptr),
+            None => l,
+        });
+        if let Some(buf) = rounded {
+            self.keep_rounded(out, buf);
+        }
     }
 
     fn rms_norm_heads(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
@@ -285,8 +298,17 @@ impl AttentionOps for CudaBackend {
         } else {
             (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
         };
+        // Decode rows (a block each) on the tensor cores split their context over blocks, one per
+        // ATM_SPLIT positions, and `attention_merge` folds the splits in order: a free choice, the
+        // walk folds them with the same arithmetic. The split count is a power of two, so a
+        // decode step's graph changes only when the longest context doubles.
+        let splits = (mma && rows_per_block == 1 && self.attention_split_kv).then(|| {
+            let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+            longest.div_ceil(ATM_SPLIT).next_power_of_two()
+        });
+        let part = splits.map(|s| self.alloc(padded * num_heads * s * (spec.head_dim + 2) * 4));
         let cfg = LaunchConfig {
-            grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, 1),
+            grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
@@ -304,6 +326,25 @@ impl AttentionOps for CudaBackend {
             .f32(scale)
             .ptr(out.ptr())
             .i32(rows_per_block as i32);
+        // The tensor-core kernels take the split workspace (0: the walk folds the splits itself).
+        let l = if mma { l.ptr(part.as_ref().map_or(0, |p| p.ptr)).i32(splits.unwrap_or(1) as i32) } else { l };
         self.submit(l);
+        if let (Some(part), Some(splits)) = (part, splits) {
+            let pairs = padded * num_heads;
+            let cfg = LaunchConfig {
+                grid_dim: (pairs.div_ceil(4) as u32, 1, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let l = Launch::new(self.kernel("attention_merge"), cfg)
+                .ptr(part.ptr)
+                .ptr(meta.ptr)
+                .i32(padded as i32)
+                .i32(num_heads as i32)
+                .i32(spec.head_dim as i32)
+                .i32(splits as i32)
+                .ptr(out.ptr());
+            self.submit(l);
+        }
     }
 }

@@ -99,6 +99,12 @@ impl CudaBackend {
         buf
     }
 
+    /// x as the tensor-core kernels take it: the copy the norm that wrote x made with it, else
+    /// `round_bf16`'s (the same bits either way).
+    fn rounded(&self, x: &CudaTensor) -> DeviceBuf {
+        self.take_rounded(x).unwrap_or_else(|| self.round_bf16(x))
+    }
+
     /// `linear`; a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given,
     /// else rounds x itself.
     fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
@@ -151,7 +157,7 @@ impl CudaBackend {
         };
         // The tensor-core kernels take the activations rounded to bf16 and k-permuted, once for
         // every block.
-        let own = (w.mma && rounded.is_none()).then(|| self.round_bf16(x));
+        let own = (w.mma && rounded.is_none()).then(|| self.rounded(x));
         let input = if w.mma { own.as_ref().or(rounded).map(|b| b.ptr).expect("rounded above") } else { x.ptr() };
         let l = Launch::new(kernel, cfg)
             .ptr(input)
@@ -188,7 +194,7 @@ impl CudaBackend {
         };
         let splits = num_chunks.div_ceil(per_split);
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * w.rows * 4));
-        let own = rounded.is_none().then(|| self.round_bf16(x));
+        let own = rounded.is_none().then(|| self.rounded(x));
         let input = own.as_ref().or(rounded).expect("rounded above").ptr;
         let xmap = bf16_tile_map(input, w.cols, rows, w.cols * 2, n);
         let wmap = bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128);
@@ -235,7 +241,7 @@ impl LinearOps for CudaBackend {
 
     /// q/k/v and gate/up: the activations are rounded once for all the tensor-core weights.
     fn linear_multi(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
-        let rounded = (ws.iter().all(|w| w.mma) && x.padded_rows > 0).then(|| self.round_bf16(x));
+        let rounded = (ws.iter().all(|w| w.mma) && x.padded_rows > 0).then(|| self.rounded(x));
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             self.linear_into(x, w, out, rounded.as_ref());
         }

@@ -92,15 +92,21 @@ impl Drop for Pool {
 #[derive(Debug)]
 pub struct DeviceBuf {
     pub(crate) ptr: u64,
+    /// Which hand-out of `ptr` this is (unique in the process): a later buffer at the same address
+    /// is a different tensor.
+    pub(crate) lease: u64,
     class: usize,
     pool: Arc<Mutex<Pool>>,
 }
+
+static LEASES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl DeviceBuf {
     pub fn new(pool: &Arc<Mutex<Pool>>, bytes: usize) -> Result<DeviceBuf, DriverError> {
         let class = class_of(bytes);
         let ptr = pool.lock().expect("pool lock").take(class)?;
-        Ok(DeviceBuf { ptr, class, pool: pool.clone() })
+        let lease = LEASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(DeviceBuf { ptr, lease, class, pool: pool.clone() })
     }
 }
 

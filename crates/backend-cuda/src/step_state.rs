@@ -22,6 +22,18 @@ pub struct State {
     pub graphs: Graphs,
     /// Per-kernel GPU time under `PLUMB_CUDA_PROFILE=1` (`profile`).
     pub profile: Option<crate::profile::Profiler>,
+    /// The bf16 copy `rms_norm` wrote of its output with it, while no launch has followed.
+    pub rounded: Option<Rounded>,
+}
+
+/// A norm's output as `round_bf16` makes it, written by the norm kernel itself.
+#[derive(Debug)]
+pub struct Rounded {
+    /// The output tensor's buffer (address and lease) and shape.
+    pub src: (u64, u64),
+    pub padded_rows: usize,
+    pub cols: usize,
+    pub buf: crate::pool::DeviceBuf,
 }
 
 /// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
@@ -51,6 +63,8 @@ impl CudaBackend {
     /// Runs `launch` now, or records it while the step is recorded.
     pub(crate) fn submit(&self, launch: Launch) {
         let mut st = self.lock_state();
+        // A launch may write the norm's output, so its rounded copy is valid only up to here.
+        let stale = st.rounded.take();
         if st.step.as_ref().is_some_and(|s| s.recording.is_some()) {
             st.recorded.push(Op::Kernel(launch));
             return;
@@ -61,7 +75,24 @@ impl CudaBackend {
             return;
         }
         drop(st);
+        drop(stale);
         graph::execute(&Op::Kernel(launch), &self.stream).unwrap_or_else(|e| panic!("CUDA launch failed: {e}"));
+    }
+
+    /// Keeps `buf`, the bf16 copy of `out` the launch just submitted wrote, for the next launch.
+    pub(crate) fn keep_rounded(&self, out: &CudaTensor, buf: crate::pool::DeviceBuf) {
+        let rounded = Rounded { src: (out.buf.ptr, out.buf.lease), padded_rows: out.padded_rows, cols: out.cols, buf };
+        self.lock_state().rounded = Some(rounded);
+    }
+
+    /// The bf16 copy of `x` if a norm wrote it with `x` and nothing has been launched since.
+    pub(crate) fn take_rounded(&self, x: &CudaTensor) -> Option<crate::pool::DeviceBuf> {
+        let mut st = self.lock_state();
+        let r = st.rounded.as_ref()?;
+        if r.src != (x.buf.ptr, x.buf.lease) || r.padded_rows != x.padded_rows || r.cols != x.cols {
+            return None;
+        }
+        st.rounded.take().map(|r| r.buf)
     }
 
     /// Submits a recorded step (graph replay, capture, or launch by launch); the rest of the step

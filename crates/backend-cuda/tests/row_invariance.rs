@@ -107,6 +107,53 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     });
 }
 
+/// With bf16 weights loaded, `rms_norm` writes the rounded copy of its output that the next
+/// tensor-core `linear` takes instead of rounding again: the products must equal those of the
+/// same values uploaded fresh, and a launch that writes the output in between must void the copy.
+#[test]
+fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
+    let Some(b) = device::backend("norm + linear") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x4e04);
+    let (n, k, rows) = (72, 576, 37);
+    let w1 = weight(&b, &mut rng, GgmlType::BF16, n, k);
+    let w2 = weight(&b, &mut rng, GgmlType::BF16, 40, k);
+    let wv: Vec<f32> = (0..k).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+    let norm = b
+        .load_weight(WeightSource {
+            name: "norm".into(),
+            ty: GgmlType::F32,
+            rows: 1,
+            cols: k,
+            bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        })
+        .unwrap();
+    let x = b.upload(&activations(&mut rng, rows, k, Spread::DynamicRange), rows, k);
+    let y = b.upload(&activations(&mut rng, rows, k, Spread::Normal), rows, k);
+    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    let fresh = |t: &plumb_backend_cuda::CudaTensor, w: &plumb_backend_cuda::CudaWeight| {
+        let copy = b.upload(&b.download(t), rows, k);
+        let mut out = b.tensor(rows, w.rows);
+        b.linear(&copy, w, &mut out);
+        bits(&out)
+    };
+    // Norm, then one linear; norm, then two at once (as q/k/v and gate/up take it).
+    let mut normed = b.tensor(rows, k);
+    b.rms_norm(&x, &norm, 1e-5, &mut normed);
+    let mut one = b.tensor(rows, n);
+    b.linear(&normed, &w1, &mut one);
+    assert_eq!(bits(&one), fresh(&normed, &w1), "linear after the norm differs from a fresh rounding");
+    b.rms_norm(&x, &norm, 1e-5, &mut normed);
+    let (mut a, mut c) = (b.tensor(rows, n), b.tensor(rows, 40));
+    b.linear_multi(&normed, &[&w1, &w2], &mut [&mut a, &mut c]);
+    assert_eq!(bits(&a), fresh(&normed, &w1), "linear_multi after the norm differs (first weight)");
+    assert_eq!(bits(&c), fresh(&normed, &w2), "linear_multi after the norm differs (second weight)");
+    // A launch that changes the norm's output voids its copy.
+    b.rms_norm(&x, &norm, 1e-5, &mut normed);
+    b.add(&mut normed, &y);
+    b.linear(&normed, &w1, &mut one);
+    assert_eq!(bits(&one), fresh(&normed, &w1), "linear used a rounded copy older than its input");
+}
+
 #[test]
 fn row_wise_ops_are_batch_invariant() {
     let Some(b) = device::backend("row-wise ops") else { return };

@@ -10,7 +10,7 @@
 // as the f16 store itself does.)
 //
 // The canonical arithmetic of one (row, head) at absolute position p (tiles of ATT_TILE and
-// splits of ATT_SPLIT at absolute multiples, as attention.cu; its own form, not attention.cu's):
+// splits of ATM_SPLIT at absolute multiples; its own form, not attention.cu's):
 // - Scores of a tile: for each 8 positions, one chain of mma m16n8k16 steps onto a zero f32
 //   accumulator, over the head's 16-dim steps in ascending order, q's pieces in order within a
 //   step; times `scale`. An mma output element depends on its own row and column only.
@@ -26,12 +26,16 @@
 //
 // The decomposition: a block takes one KV head and up to `rows_per_block` consecutive rows (the
 // longest rows' blocks first); each walk covers 64 (row, head) pairs, 16 per warp (the m16 of
-// the mma). K and V tiles are staged by cp.async as in attention.cu (V's copy overlaps the
+// the mma). A walk takes all of its rows' splits in order and folds them as it goes; or, given
+// `part` (decode: one row per block), block z of the grid's third dimension takes split z only
+// and writes its (acc, m, l) there, and `attention_merge` folds the splits of each (row, head)
+// in order with the same arithmetic: the same bits either way. K and V tiles are staged by cp.async as in attention.cu (V's copy overlaps the
 // scores, the next K's the P·V), rows padded by 16 bytes so ldmatrix reads hit distinct banks;
 // each warp keeps its q pieces in shared memory.
 
 #define ATM_WARPS 4
 #define ATM_M 16
+#define ATM_SPLIT 256
 
 template <int ST> struct Mma16;
 template <> struct Mma16<KV_F16> {
@@ -87,7 +91,8 @@ template <int HD, int ST>
 __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
                                                    const u8* __restrict__ v_cache, const u32* __restrict__ meta,
                                                    int num_rows, int num_heads, int num_kv_heads, int block_size,
-                                                   float scale, float* __restrict__ out, int rows_per_block) {
+                                                   float scale, float* __restrict__ out, int rows_per_block,
+                                                   float* __restrict__ part, int num_splits) {
     using M = Mma16<ST>;
     constexpr int P = M::PIECES;
     constexpr int RS = HD * 2 + 16;  // bytes per staged row
@@ -118,6 +123,10 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             const int p_end = min(p0 + ATM_WARPS * ATM_M, num_pairs);
             int ctx_max = 0;
             for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+            // The positions this block walks: all, or split z's.
+            const int t_begin = part ? (int)blockIdx.z * ATM_SPLIT : 0;
+            const int t_end = part ? min(ctx_max, t_begin + ATM_SPLIT) : ctx_max;
+            if (t_begin >= t_end) continue;  // block-uniform: no split z for these rows
 
             // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
             int ctx[2], row[2], head[2];
@@ -147,8 +156,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
-            att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, 0, ctx_max - 1);
-            for (int t0 = 0; t0 < ctx_max; t0 += ATT_TILE) {
+            att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
+            for (int t0 = t_begin; t0 < t_end; t0 += ATT_TILE) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
                 __syncthreads();  // K of this tile (and q's pieces) are in; every warp is done with the last V
                 att_stage<HD, ST>(vs, RS, v_cache, stride, base, table, block_size, t0, ctx_max - 1);
@@ -214,7 +223,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                         for (int c = 0; c < 4; c++) acc[n][c] = __fmul_rn(acc[n][c], alpha[c / 2]);
                 }
                 __syncthreads();  // every warp is done with this K tile
-                if (t0 + ATT_TILE < ctx_max) {
+                if (t0 + ATT_TILE < t_end) {
                     att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
@@ -251,7 +260,18 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                     }
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        if (!live[h] || ((t0 + ATT_TILE) % ATT_SPLIT != 0 && t0 + ATT_TILE < ctx[h])) continue;
+                        if (!live[h] || ((t0 + ATT_TILE) % ATM_SPLIT != 0 && t0 + ATT_TILE < ctx[h])) continue;
+                        if (part) {
+                            // This split's state, for attention_merge.
+                            float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + blockIdx.z) * (HD + 2);
+#pragma unroll
+                            for (int n = 0; n < NB; n++) *(float2*)(pr + 8 * n + 2 * t) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+                            if (t == 0) {
+                                pr[HD] = m_s[h];
+                                pr[HD + 1] = l_s[h];
+                            }
+                            continue;
+                        }
                         const float m = fmaxf(m_tot[h], m_s[h]);
                         const float a_tot = expf(m_tot[h] - m), a_s = expf(m_s[h] - m);
                         l_tot[h] = __fadd_rn(__fmul_rn(l_tot[h], a_tot), __fmul_rn(l_s[h], a_s));
@@ -270,7 +290,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (ctx[h] == 0) continue;
+                if (ctx[h] == 0 || part) continue;
                 float* oh = out + ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
 #pragma unroll
                 for (int n = 0; n < NB; n++)
@@ -287,9 +307,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
     extern "C" __global__ void __launch_bounds__(ATM_WARPS * 32)                                                  \
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
-                                    float* out, int rows_per_block) {                                             \
+                                    float* out, int rows_per_block, float* part, int num_splits) {                \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
-                                   scale, out, rows_per_block);                                                   \
+                                   scale, out, rows_per_block, part, num_splits);                                 \
     }
 #define ATTENTION_MMA_KERNELS(HD)              \
     ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
@@ -297,3 +317,29 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 ATTENTION_MMA_KERNELS(64)
 ATTENTION_MMA_KERNELS(96)
 ATTENTION_MMA_KERNELS(128)
+
+// The splits' states of each (row, head), folded in split order as the walk folds them, then
+// out = total / l. One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 128).
+extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
+                                           int num_heads, int head_dim, int num_splits, float* __restrict__ out) {
+    const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (pair >= num_rows * num_heads) return;
+    const int row = pair / num_heads;
+    const int splits = ((int)meta[row] + ATM_SPLIT) / ATM_SPLIT;  // ceil((p + 1) / ATM_SPLIT)
+    const float* pr = part + (u64)pair * num_splits * (head_dim + 2);
+    float m_tot = NEG_INF, l_tot = 0.0f, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int z = 0; z < splits; z++, pr += head_dim + 2) {
+        const float m_s = pr[head_dim], l_s = pr[head_dim + 1];
+        const float m = fmaxf(m_tot, m_s);
+        const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
+        l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (lane + 32 * i < head_dim) tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(pr[lane + 32 * i], a_s));
+        m_tot = m;
+    }
+    float* oh = out + (u64)pair * head_dim;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (lane + 32 * i < head_dim) oh[lane + 32 * i] = __fdiv_rn(tot[i], l_tot);
+}

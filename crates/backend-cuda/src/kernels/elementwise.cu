@@ -7,8 +7,10 @@
 // out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * w. One block of NORM_THREADS per row:
 // thread t takes columns t, t + 256, ... in one fmaf chain; warps reduce by the xor butterfly;
 // the 8 warp sums are folded left in warp order.
-extern "C" __global__ void __launch_bounds__(NORM_THREADS)
-    rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
+// `xb`, when given, also gets each output as round_bf16 makes it (bf16, k-permuted): the copy the
+// tensor-core `linear` reading this output takes (`CudaBackend::take_rounded`).
+__device__ __forceinline__ void rms_norm_body(const float* __restrict__ x, const float* __restrict__ w, float eps,
+                                              float* __restrict__ out, int cols, unsigned short* __restrict__ xb) {
     __shared__ float part[NORM_THREADS / 32];
     const float* xr = x + (u64)blockIdx.x * cols;
     float* orow = out + (u64)blockIdx.x * cols;
@@ -22,7 +24,22 @@ extern "C" __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
     for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
-    for (int j = threadIdx.x; j < cols; j += NORM_THREADS) orow[j] = __fmul_rn(__fmul_rn(xr[j], inv), w[j]);
+    for (int j = threadIdx.x; j < cols; j += NORM_THREADS) {
+        const float y = __fmul_rn(__fmul_rn(xr[j], inv), w[j]);
+        orow[j] = y;
+        if (xb) xb[(u64)blockIdx.x * cols + kperm(j)] = (unsigned short)bf16_bits(y);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
+    rms_norm_body(x, w, eps, out, cols, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+    rms_norm_bf16(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out,
+                  int cols, unsigned short* __restrict__ xb) {
+    rms_norm_body(x, w, eps, out, cols, xb);
 }
 
 // acc += x.
