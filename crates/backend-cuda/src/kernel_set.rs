@@ -65,6 +65,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "add",
         "add_bias",
         "silu_mul",
+        "silu_mul_bf16",
         "rope",
         "rope_rotate_half",
         "gather_rows",

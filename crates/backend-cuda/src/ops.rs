@@ -146,9 +146,21 @@ impl ElementwiseOps for CudaBackend {
         if n == 0 {
             return;
         }
-        let l =
-            Launch::new(self.kernel("silu_mul"), grid_1d(n)).ptr(gate.ptr()).ptr(up.ptr()).ptr(out.ptr()).u64(n as u64);
-        self.submit(l);
+        // As rms_norm: with tensor-core weights loaded, the rounded copy the down projection takes.
+        let round = self.mma_weights.load(std::sync::atomic::Ordering::Relaxed) && gate.cols.is_multiple_of(32);
+        let rounded = round.then(|| self.alloc(n * 2));
+        let l = Launch::new(self.kernel(if round { "silu_mul_bf16" } else { "silu_mul" }), grid_1d(n))
+            .ptr(gate.ptr())
+            .ptr(up.ptr())
+            .ptr(out.ptr())
+            .u64(n as u64);
+        self.submit(match &rounded {
+            Some(buf) => l.ptr(buf.ptr),
+            None => l,
+        });
+        if let Some(buf) = rounded {
+            self.keep_rounded(out, buf);
+        }
     }
 }
 

@@ -107,7 +107,7 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     });
 }
 
-/// With bf16 weights loaded, `rms_norm` writes the rounded copy of its output that the next
+/// With bf16 weights loaded, `rms_norm` (and `silu_mul`) writes the rounded copy of its output the next
 /// tensor-core `linear` takes instead of rounding again: the products must equal those of the
 /// same values uploaded fresh, and a launch that writes the output in between must void the copy.
 #[test]
@@ -147,6 +147,11 @@ fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     b.linear_multi(&normed, &[&w1, &w2], &mut [&mut a, &mut c]);
     assert_eq!(bits(&a), fresh(&normed, &w1), "linear_multi after the norm differs (first weight)");
     assert_eq!(bits(&c), fresh(&normed, &w2), "linear_multi after the norm differs (second weight)");
+    // silu_mul writes one too, for the down projection.
+    let mut act = b.tensor(rows, k);
+    b.silu_mul(&x, &y, &mut act);
+    b.linear(&act, &w1, &mut one);
+    assert_eq!(bits(&one), fresh(&act, &w1), "linear after silu_mul differs from a fresh rounding");
     // A launch that changes the norm's output voids its copy.
     b.rms_norm(&x, &norm, 1e-5, &mut normed);
     b.add(&mut normed, &y);

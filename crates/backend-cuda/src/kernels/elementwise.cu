@@ -64,6 +64,20 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
     }
 }
 
+// silu_mul that also writes its output as round_bf16 makes it (rows of a multiple of 32 columns,
+// so the flat index's groups of 32 are the rows' own): the copy the down projection takes.
+extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const float* __restrict__ up,
+                                         float* __restrict__ out, u64 n, unsigned short* __restrict__ xb) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = gate[i];
+        const float y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        out[i] = y;
+        const u64 j = (i % 32) / 2;
+        xb[(i / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + i % 2] = (unsigned short)bf16_bits(y);
+    }
+}
+
 // Rotates adjacent pairs (x[2i], x[2i+1]) of each head by the row's (cos, sin) table
 // ([num_rows, 2 * half]: cos then sin). One thread per (row, head, pair).
 extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__ table, int num_rows, int cols,
