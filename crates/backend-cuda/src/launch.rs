@@ -6,6 +6,17 @@
 
 use cudarc::driver::{CudaFunction, DriverError, LaunchConfig, result, sys};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether launches carry programmatic stream serialization (sm_90 and later): a kernel may be
+/// scheduled while the one before it finishes, and waits at its first statement (`PDL_ENTRY` in
+/// kernels/dequant.cu) until that kernel's writes are visible. Set once by `CudaBackend::new`
+/// (`PLUMB_CUDA_PDL=0` turns it off); changes no result, only launch latency.
+static PDL: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn set_pdl(on: bool) {
+    PDL.store(on, Ordering::Relaxed);
+}
 
 /// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill.
 const MAX_ARGS: usize = 12;
@@ -92,6 +103,30 @@ impl Launch {
         let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
         for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
             *p = (&mut vals[start as usize] as *mut u64).cast();
+        }
+        if PDL.load(Ordering::Relaxed) {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+            };
+            let config = sys::CUlaunchConfig {
+                gridDimX: self.grid.0,
+                gridDimY: self.grid.1,
+                gridDimZ: self.grid.2,
+                blockDimX: self.block.0,
+                blockDimY: self.block.1,
+                blockDimZ: self.block.2,
+                sharedMemBytes: self.smem,
+                hStream: stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and `attr` are live locals for the call.
+            return unsafe {
+                sys::cuLaunchKernelEx(&config, self.func as sys::CUfunction, params.as_mut_ptr(), std::ptr::null_mut())
+                    .result()
+            };
         }
         // SAFETY: `params[..num_args]` point at live locals holding each argument's value; the
         // caller vouches for the argument list and the addresses (see above).

@@ -207,6 +207,7 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(driver("creating the stream"))?;
         let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
         let arch = compile::arch_name(major, minor);
+        launch::set_pdl(major >= 9 && std::env::var("PLUMB_CUDA_PDL").ok().is_none_or(|v| v != "0"));
         let (image, kernels_cached) = compile::cubin(&arch)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image)).map_err(driver("loading the kernels"))?;
         let mut kernels = HashMap::new();

@@ -259,7 +259,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
     extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)                                            \
         attention_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,     \
                                 int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, \
-                                float* out, int rows_per_block) {                                           \
+                                float* out, int rows_per_block) { PDL_ENTRY();                                           \
         attention_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,    \
                                scale, out, rows_per_block);                                                 \
     }
@@ -278,7 +278,7 @@ ATTENTION_KERNELS(256)
 
 #define WRITE_KV_KERNEL(NAME, ST)                                                                          \
     extern "C" __global__ void write_kv_##NAME(const float* k, const float* v, const u32* slots, u8* k_cache, \
-                                               u8* v_cache, int num_rows, int len) {                       \
+                                               u8* v_cache, int num_rows, int len) { PDL_ENTRY();                       \
         write_kv_body<ST>(k, v, slots, k_cache, v_cache, num_rows, len);                                    \
     }
 WRITE_KV_KERNEL(f32, KV_F32)

@@ -307,7 +307,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
     extern "C" __global__ void __launch_bounds__(ATM_WARPS * 32)                                                  \
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
-                                    float* out, int rows_per_block, float* part, int num_splits) {                \
+                                    float* out, int rows_per_block, float* part, int num_splits) { PDL_ENTRY();                \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
                                    scale, out, rows_per_block, part, num_splits);                                 \
     }
@@ -322,6 +322,7 @@ ATTENTION_MMA_KERNELS(128)
 // out = total / l. One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 128).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
                                            int num_heads, int head_dim, int num_splits, float* __restrict__ out) {
+    PDL_ENTRY();
     const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (pair >= num_rows * num_heads) return;
     const int row = pair / num_heads;

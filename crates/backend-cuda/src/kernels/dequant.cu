@@ -8,6 +8,24 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (sm_90). Launched with it (`launch.rs`), a kernel's blocks may be
+// scheduled while the kernel before it finishes; PDL_ENTRY, the first statement of every kernel,
+// waits until that kernel has completed and its writes are visible, then lets the next kernel be
+// scheduled. Nothing is read or written before the wait, so the order of memory effects is
+// exactly the serial one: only launch latency overlaps. (A no-op where the kernel was launched
+// without the attribute, and compiled away before sm_90.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY()                                              \
+    do {                                                         \
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");             \
+        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); \
+    } while (0)
+#else
+#define PDL_ENTRY() \
+    do {            \
+    } while (0)
+#endif
+
 #define TY_F32 0
 #define TY_F16 1
 #define TY_Q4_0 2

@@ -33,23 +33,27 @@ __device__ __forceinline__ void rms_norm_body(const float* __restrict__ x, const
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
+    PDL_ENTRY();
     rms_norm_body(x, w, eps, out, cols, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm_bf16(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out,
                   int cols, unsigned short* __restrict__ xb) {
+    PDL_ENTRY();
     rms_norm_body(x, w, eps, out, cols, xb);
 }
 
 // acc += x.
 extern "C" __global__ void add(float* __restrict__ acc, const float* __restrict__ x, u64 n) {
+    PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) acc[i] = __fadd_rn(acc[i], x[i]);
 }
 
 // x[n, j] += bias[j].
 extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ bias, u64 n, int cols) {
+    PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], bias[i % cols]);
 }
@@ -57,6 +61,7 @@ extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restri
 // out = gate / (1 + e^-gate) * up.
 extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up,
                                     float* __restrict__ out, u64 n) {
+    PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
@@ -68,6 +73,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
 // so the flat index's groups of 32 are the rows' own): the copy the down projection takes.
 extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const float* __restrict__ up,
                                          float* __restrict__ out, u64 n, unsigned short* __restrict__ xb) {
+    PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
@@ -82,6 +88,7 @@ extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const f
 // ([num_rows, 2 * half]: cos then sin). One thread per (row, head, pair).
 extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__ table, int num_rows, int cols,
                                 int half, int num_heads, int head_dim) {
+    PDL_ENTRY();
     u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)num_rows * num_heads * half) return;
     int i = (int)(t % half);
@@ -98,6 +105,7 @@ extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__
 // Rotate-half RoPE (the Hugging Face layout): pairs (x[i], x[i + half]) of each head.
 extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* __restrict__ table, int num_rows,
                                             int cols, int half, int num_heads, int head_dim) {
+    PDL_ENTRY();
     u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)num_rows * num_heads * half) return;
     int i = (int)(t % half);
@@ -114,6 +122,7 @@ extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* 
 // out[i, :] = x[rows[i], :]. One block per output row.
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
                                        float* __restrict__ out, int cols) {
+    PDL_ENTRY();
     const float* src = x + (u64)rows[blockIdx.x] * cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(u64)blockIdx.x * cols + j] = src[j];
 }

@@ -130,14 +130,14 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
 
 #define LINEAR_KERNELS(NAME, TY)                                                                              \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
-        linear_##NAME(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { \
+        linear_##NAME(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { PDL_ENTRY(); \
         linear_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                         \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32) linear_split_##NAME(                        \
-        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) {          \
+        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { PDL_ENTRY();          \
         linear_split_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                   \
     }                                                                                                         \
-    extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { \
+    extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
     }
 

@@ -248,6 +248,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 // The fold of a split K's chunk partials ([chunk][element], `n` elements a chunk) in ascending
 // chunk order, one thread per output element: the left fold the unsplit kernels keep in registers.
 extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* __restrict__ out, u64 n, int num_chunks) {
+    PDL_ENTRY();
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = __fadd_rn(0.0f, part[i]);
@@ -260,7 +261,7 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* __
     extern "C" __global__ void __launch_bounds__(288, BLOCKS)                                                      \
         linear_tma_bf16_n##N(const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap,               \
                              float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,      \
-                             float* __restrict__ part, u32* __restrict__ counters) {                                \
+                             float* __restrict__ part, u32* __restrict__ counters) { PDL_ENTRY();                                \
         linear_tma<N>(xmap, wmap, out, num_rows, n_out, k_in, chunks_per_split, part, counters);                   \
     }
 LINEAR_TMA(8, 2)

@@ -31,6 +31,7 @@ __device__ __forceinline__ unsigned pick_index(u64 p) {
 // row's repetition, frequency and presence penalties (float bits). The sampler's float32 order;
 // a NaN result is the canonical 0x7FC00000, as on the host.
 extern "C" __global__ void apply_logit_edits(float* __restrict__ logits, const unsigned* __restrict__ e, int n, int cols) {
+    PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const unsigned* w = e + (u64)i * 9;
@@ -63,6 +64,7 @@ __device__ u64 block_max_u64(u64 v) {
 // out[b] = the argmax of row rows[b]. A NaN at index 0 wins (nothing is `>` it).
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
     pick_argmax(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, unsigned* __restrict__ out) {
+    PDL_ENTRY();
     const float* r = logits + (u64)rows[blockIdx.x] * cols;
     u64 best = 0;
     for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
@@ -133,6 +135,7 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const floa
                                                                       const unsigned* __restrict__ rows,
                                                                       const unsigned* __restrict__ ks, int cols,
                                                                       unsigned* __restrict__ out) {
+    PDL_ENTRY();
     const float* r = logits + (u64)rows[blockIdx.x] * cols;
     const unsigned k = min(min(ks[blockIdx.x], (unsigned)cols), (unsigned)PICK_MAX_K);
     top_k_of_row<total_key>(r, cols, k, out + (u64)blockIdx.x * 2 * PICK_MAX_K);
@@ -163,6 +166,7 @@ __device__ double block_reduce_f64(double v, int op) {
 extern "C" __global__ void __launch_bounds__(PICK_THREADS) row_logprobs(const float* __restrict__ logits,
                                                                         const unsigned* __restrict__ meta, int cols,
                                                                         unsigned* __restrict__ out) {
+    PDL_ENTRY();
     const unsigned* m = meta + 3 * (u64)blockIdx.x;
     const float* r = logits + (u64)m[0] * cols;
     unsigned* o = out + (u64)blockIdx.x * (4 + 2 * PICK_MAX_K);
