@@ -27,11 +27,12 @@ pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 const ATM_PAIRS: usize = 64;
 /// Positions per split of the tensor-core attention's canonical form (`ATM_SPLIT`).
 const ATM_SPLIT: usize = 256;
-/// Shared memory of a tensor-core attention block: the K and V tiles and each warp's q pieces (2
-/// for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes` in attention_mma.cu.
+/// Shared memory of a tensor-core attention block: two buffers of the K and V tiles and each
+/// warp's q pieces (2 for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes`
+/// in attention_mma.cu.
 pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore) -> usize {
     let pieces = if store == KvStore::F16 { 2 } else { 3 };
-    (2 * 64 + ATT_WARPS * pieces * 16) * (head_dim * 2 + 16)
+    (4 * 64 + ATT_WARPS * pieces * 16) * (head_dim * 2 + 16)
 }
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;

@@ -29,9 +29,10 @@
 // the mma). A walk takes all of its rows' splits in order and folds them as it goes; or, given
 // `part` (decode: one row per block), block z of the grid's third dimension takes split z only
 // and writes its (acc, m, l) there, and `attention_merge` folds the splits of each (row, head)
-// in order with the same arithmetic: the same bits either way. K and V tiles are staged by cp.async as in attention.cu (V's copy overlaps the
-// scores, the next K's the P·V), rows padded by 16 bytes so ldmatrix reads hit distinct banks;
-// each warp keeps its q pieces in shared memory.
+// in order with the same arithmetic: the same bits either way. K and V tiles are staged by
+// cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
+// barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
+// its q pieces in shared memory.
 
 #define ATM_WARPS 4
 #define ATM_M 16
@@ -81,10 +82,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
                  : "r"(addr));
 }
 
-// Shared memory of one block (bytes): the K and V tiles and each warp's q pieces, rows of
-// HD * 2 + 16 bytes.
+// Shared memory of one block (bytes): two buffers of the K and V tiles and each warp's q pieces,
+// rows of HD * 2 + 16 bytes.
 __host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces) {
-    return (2 * ATT_TILE + ATM_WARPS * pieces * ATM_M) * (hd * 2 + 16);
+    return (4 * ATT_TILE + ATM_WARPS * pieces * ATM_M) * (hd * 2 + 16);
 }
 
 template <int HD, int ST>
@@ -100,9 +101,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
     constexpr int KS = HD / 16;      // 16-dim steps of a score
     extern __shared__ __align__(16) u8 att_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    u8* ks = att_smem;
-    u8* vs = ks + ATT_TILE * RS;
-    u8* qs = vs + ATT_TILE * RS + warp * P * ATM_M * RS;  // [piece][16 pairs][RS]
+    u8* kv_tiles = att_smem;                                  // two buffers of [K tile][V tile]
+    u8* qs = kv_tiles + 4 * ATT_TILE * RS + warp * P * ATM_M * RS;  // [piece][16 pairs][RS]
     const int g = lane / 4, t = lane % 4;
     const int group = num_heads / num_kv_heads, kv_head = blockIdx.y;
     const u64 stride = (u64)num_kv_heads * HD, base = (u64)kv_head * HD;
@@ -156,11 +156,22 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
-            att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
-            for (int t0 = t_begin; t0 < t_end; t0 += ATT_TILE) {
+            att_stage<HD, ST>(kv_tiles, RS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
+            att_stage<HD, ST>(kv_tiles + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size, t_begin,
+                              ctx_max - 1);
+            for (int t0 = t_begin, it = 0; t0 < t_end; t0 += ATT_TILE, it++) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
-                __syncthreads();  // K of this tile (and q's pieces) are in; every warp is done with the last V
-                att_stage<HD, ST>(vs, RS, v_cache, stride, base, table, block_size, t0, ctx_max - 1);
+                // This tile's K and V (and q's pieces) are in; every warp is done with the last tile,
+                // so its buffers take the next one, whose copy overlaps all of this tile's work.
+                __syncthreads();
+                const u8* ks = kv_tiles + (it & 1) * 2 * ATT_TILE * RS;
+                const u8* vs = ks + ATT_TILE * RS;
+                if (t0 + ATT_TILE < t_end) {
+                    u8* next = kv_tiles + ((it + 1) & 1) * 2 * ATT_TILE * RS;
+                    att_stage<HD, ST>(next, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
+                    att_stage<HD, ST>(next + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size,
+                                      t0 + ATT_TILE, ctx_max - 1);
+                }
                 const bool live[2] = {t0 < ctx[0], t0 < ctx[1]};
                 const bool warp_live = __any_sync(0xffffffffu, live[0] || live[1]);
                 if (warp_live) {
@@ -222,14 +233,6 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                         for (int c = 0; c < 4; c++) acc[n][c] = __fmul_rn(acc[n][c], alpha[c / 2]);
                 }
-                __syncthreads();  // every warp is done with this K tile
-                if (t0 + ATT_TILE < t_end) {
-                    att_stage<HD, ST>(ks, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
-                    asm volatile("cp.async.wait_group 1;\n" ::);
-                } else {
-                    asm volatile("cp.async.wait_group 0;\n" ::);
-                }
-                __syncthreads();  // V of this tile is in
                 if (warp_live) {
 #pragma unroll
                     for (int s = 0; s < ATT_TILE / 16; s++) {
