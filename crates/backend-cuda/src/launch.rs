@@ -18,6 +18,10 @@ pub(crate) fn set_pdl(on: bool) {
     PDL.store(on, Ordering::Relaxed);
 }
 
+pub(crate) fn pdl() -> bool {
+    PDL.load(Ordering::Relaxed)
+}
+
 /// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill.
 const MAX_ARGS: usize = 12;
 const MAX_SLOTS: usize = 40;

@@ -381,12 +381,16 @@ impl CudaBackend {
     }
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
-    /// `PLUMB_CUDA_ATT_MMA`), for receipts: a figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 3] {
+    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`),
+    /// for receipts: a figure measured with a switch off says so.
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 6] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
             ("attention_tensor_cores", self.attention_mma),
+            ("attention_split_kv", self.attention_split_kv),
+            ("producers_round_bf16", self.norm_round),
+            ("programmatic_dependent_launch", launch::pdl()),
         ]
     }
 
