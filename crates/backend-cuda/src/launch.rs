@@ -23,7 +23,7 @@ pub(crate) fn pdl() -> bool {
 }
 
 /// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill.
-const MAX_ARGS: usize = 12;
+const MAX_ARGS: usize = 16;
 const MAX_SLOTS: usize = 40;
 
 /// One kernel launch. Each argument starts an 8-byte slot; the driver reads as many bytes as the
@@ -144,5 +144,58 @@ impl Launch {
                 &mut params[..self.num_args],
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MAX_ARGS;
+
+    /// The parameter counts of every `__global__` function in `src`, macro bodies included.
+    fn parameter_counts(src: &str) -> Vec<(String, usize)> {
+        let src = src.replace("\\\n", " ");
+        let mut out = Vec::new();
+        for part in src.split("__global__").skip(1) {
+            let mut rest = part.trim_start().trim_start_matches("void").trim_start();
+            if let Some(bounds) = rest.strip_prefix("__launch_bounds__") {
+                rest = &bounds[bounds.find(')').expect("__launch_bounds__ closes") + 1..];
+            }
+            let open = rest.find('(').expect("a kernel has a parameter list");
+            let name = rest[..open].trim().to_string();
+            let (mut depth, mut commas, mut close) = (0, 0, None);
+            for (i, c) in rest[open..].char_indices() {
+                match c {
+                    '(' | '<' => depth += 1,
+                    ')' | '>' => {
+                        depth -= 1;
+                        if depth == 0 && c == ')' {
+                            close = Some(i);
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => commas += 1,
+                    _ => {}
+                }
+            }
+            let params = &rest[open + 1..open + close.expect("the parameter list closes")];
+            out.push((name, if params.trim().is_empty() { 0 } else { commas + 1 }));
+        }
+        out
+    }
+
+    #[test]
+    fn every_kernel_fits_a_launchs_argument_slots() {
+        let counts: Vec<_> = crate::compile::SOURCE.iter().flat_map(|s| parameter_counts(s)).collect();
+        assert!(counts.len() >= 20, "found only {} kernels: the scan is broken", counts.len());
+        for (name, n) in &counts {
+            assert!(*n <= MAX_ARGS, "kernel {name} takes {n} arguments, a Launch holds {MAX_ARGS}");
+        }
+    }
+
+    #[test]
+    fn the_scan_counts_parameters_through_macros_and_bounds() {
+        let src = "extern \"C\" __global__ void __launch_bounds__(128) k_##HD(const float* a, \\\n int b, \
+                   float c) {}\n__global__ void plain() {}";
+        assert_eq!(parameter_counts(src), [("k_##HD".to_string(), 3), ("plain".to_string(), 0)]);
     }
 }

@@ -61,13 +61,23 @@ pub fn profile<B: FullBackend>(
         Ok(_) => Ok(()),
         Err(panic) => {
             let why = crate::handle::panic_message(panic.as_ref()).unwrap_or_else(|| "the step failed".into());
-            Err(EngineError::Backend(format!(
-                "the largest step ({} tokens over {} lanes, a logits row each) does not fit on {} beside the \
-                 weights and the KV cache: {why}; ask for fewer KV tokens, a smaller step token budget or fewer lanes",
+            let step = format!(
+                "the largest step ({} tokens over {} lanes, a logits row each)",
                 batch.num_rows(),
-                batch.lanes.len(),
-                backend.name()
-            )))
+                batch.lanes.len()
+            );
+            // Only a failed allocation means the budget is too large; any other failure is a
+            // fault of the backend and must not be reported as a matter of size.
+            let out_of_memory = why.contains("OUT_OF_MEMORY") || why.to_lowercase().contains("out of memory");
+            Err(EngineError::Backend(if out_of_memory {
+                format!(
+                    "{step} does not fit on {} beside the weights and the KV cache: {why}; ask for fewer KV \
+                     tokens, a smaller step token budget or fewer lanes",
+                    backend.name()
+                )
+            } else {
+                format!("{step} failed on {}: {why}", backend.name())
+            }))
         }
     }
 }
