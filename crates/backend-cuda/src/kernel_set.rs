@@ -61,6 +61,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = [
         "rms_norm",
         "rms_norm_bf16",
+        "add_rms_norm",
         "attention_merge",
         "add",
         "add_bias",

@@ -61,8 +61,11 @@ impl CudaBackend {
     }
 }
 
-impl ElementwiseOps for CudaBackend {
-    fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
+impl CudaBackend {
+    /// `rms_norm` of x, or with `add` x += add first in the same pass (`add_rms_norm`: the bits of
+    /// `add` then `rms_norm`). With tensor-core weights loaded, the norm also writes its output as
+    /// `round_bf16` would (what the q/k/v and gate/up projections after it take), saving that launch.
+    fn norm_rows(&self, x: &CudaTensor, add: Option<&CudaTensor>, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
         let w = weight.dense_ptr.expect("norm weights are vectors");
         assert_eq!(
             (x.cols, out.rows, out.cols, out.padded_rows),
@@ -73,24 +76,40 @@ impl ElementwiseOps for CudaBackend {
         if x.padded_rows == 0 {
             return;
         }
-        // With tensor-core weights loaded, the norm also writes its output as `round_bf16` would
-        // (what the q/k/v and gate/up projections after it take), saving that launch.
         let round = self.mma_weights.load(std::sync::atomic::Ordering::Relaxed) && x.cols.is_multiple_of(32);
         let rounded = round.then(|| self.alloc(x.padded_rows * x.cols * 2));
-        let l =
-            Launch::new(self.kernel(if round { "rms_norm_bf16" } else { "rms_norm" }), Self::row_blocks(x.padded_rows))
-                .ptr(x.ptr())
-                .ptr(w)
-                .f32(eps)
-                .ptr(out.ptr())
-                .i32(x.cols as i32);
-        self.submit(match &rounded {
-            Some(buf) => l.ptr(buf.ptr),
-            None => l,
+        let blocks = Self::row_blocks(x.padded_rows);
+        let l = match add {
+            // The fused kernel always takes the copy's address; null when there is none.
+            Some(d) => Launch::new(self.kernel("add_rms_norm"), blocks).ptr(x.ptr()).ptr(d.ptr()),
+            None => Launch::new(self.kernel(if round { "rms_norm_bf16" } else { "rms_norm" }), blocks).ptr(x.ptr()),
+        };
+        let l = l.ptr(w).f32(eps).ptr(out.ptr()).i32(x.cols as i32);
+        self.submit(match (&rounded, add.is_some()) {
+            (Some(buf), _) => l.ptr(buf.ptr),
+            (None, true) => l.ptr(0),
+            (None, false) => l,
         });
         if let Some(buf) = rounded {
             self.keep_rounded(out, buf);
         }
+    }
+}
+
+impl ElementwiseOps for CudaBackend {
+    fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
+        self.norm_rows(x, None, weight, eps, out);
+    }
+
+    fn add_rms_norm(&self, acc: &mut CudaTensor, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
+        // `PLUMB_CUDA_FUSE_ADD=0` launches the two apart (the same bits, for measuring).
+        static FUSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*FUSE.get_or_init(|| std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0")) {
+            self.add(acc, x);
+            return self.rms_norm(acc, weight, eps, out);
+        }
+        assert_eq!((acc.rows, acc.cols, acc.padded_rows), (x.rows, x.cols, x.padded_rows), "add: shape mismatch");
+        self.norm_rows(&*acc, Some(x), weight, eps, out);
     }
 
     fn rms_norm_heads(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {

@@ -160,6 +160,44 @@ fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
 }
 
 #[test]
+fn the_fused_residual_add_and_norm_gives_the_bits_of_the_two_apart() {
+    let Some(b) = device::backend("add + norm") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xadd0);
+    let (k, n) = (576, 40);
+    let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
+    let wv: Vec<f32> = (0..k).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+    let norm = b
+        .load_weight(WeightSource {
+            name: "norm".into(),
+            ty: GgmlType::F32,
+            rows: 1,
+            cols: k,
+            bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        })
+        .unwrap();
+    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    for rows in [1, 7, 37, 300] {
+        let h = activations(&mut rng, rows, k, Spread::DynamicRange);
+        let d = activations(&mut rng, rows, k, Spread::Cancelling);
+        let (mut apart, mut fused) = (b.upload(&h, rows, k), b.upload(&h, rows, k));
+        let delta = b.upload(&d, rows, k);
+        let (mut normed_apart, mut normed_fused) = (b.tensor(rows, k), b.tensor(rows, k));
+        b.add(&mut apart, &delta);
+        b.rms_norm(&apart, &norm, 1e-5, &mut normed_apart);
+        b.add_rms_norm(&mut fused, &delta, &norm, 1e-5, &mut normed_fused);
+        assert_eq!(bits(&fused), bits(&apart), "{rows} rows: the fused add's sums differ");
+        assert_eq!(bits(&normed_fused), bits(&normed_apart), "{rows} rows: the fused norm differs");
+        // The linear after it takes the fused kernel's rounded copy: the bits of a fresh rounding.
+        let mut after = b.tensor(rows, n);
+        b.linear(&normed_fused, &w, &mut after);
+        let copy = b.upload(&b.download(&normed_fused), rows, k);
+        let mut fresh = b.tensor(rows, n);
+        b.linear(&copy, &w, &mut fresh);
+        assert_eq!(bits(&after), bits(&fresh), "{rows} rows: linear after the fused norm differs");
+    }
+}
+
+#[test]
 fn row_wise_ops_are_batch_invariant() {
     let Some(b) = device::backend("row-wise ops") else { return };
     let mut rng = Rng::new(device::seed());

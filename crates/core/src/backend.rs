@@ -312,6 +312,19 @@ pub trait ElementwiseOps: Backend {
     fn rms_norm_heads(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32, out: &mut Self::Tensor);
     /// acc += x.
     fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor);
+    /// acc += x, then out = rms_norm(acc): a residual add and the norm that reads its sum, which a
+    /// backend may fuse into one pass. The bits must be those of `add` then `rms_norm`.
+    fn add_rms_norm(
+        &self,
+        acc: &mut Self::Tensor,
+        x: &Self::Tensor,
+        weight: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) {
+        self.add(acc, x);
+        self.rms_norm(acc, weight, eps, out);
+    }
     /// x[n, :] += bias for every row n. bias: [1, cols].
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight);
     /// out = silu(gate) · up.

@@ -9,13 +9,26 @@
 // the 8 warp sums are folded left in warp order.
 // `xb`, when given, also gets each output as round_bf16 makes it (bf16, k-permuted): the copy the
 // tensor-core `linear` reading this output takes (`CudaBackend::take_rounded`).
-__device__ __forceinline__ void rms_norm_body(const float* __restrict__ x, const float* __restrict__ w, float eps,
-                                              float* __restrict__ out, int cols, unsigned short* __restrict__ xb) {
+// `d`, when given, is first added to x in place (x[n, :] += d[n, :], as `add` does), and the norm
+// reads the sums: `add` then `rms_norm` in one pass, with their bits (each thread reads back only
+// the columns it wrote).
+__device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict__ d, const float* __restrict__ w,
+                                              float eps, float* __restrict__ out, int cols,
+                                              unsigned short* __restrict__ xb) {
     __shared__ float part[NORM_THREADS / 32];
-    const float* xr = x + (u64)blockIdx.x * cols;
+    float* xr = x + (u64)blockIdx.x * cols;
     float* orow = out + (u64)blockIdx.x * cols;
     float s = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += NORM_THREADS) s = fmaf(xr[j], xr[j], s);
+    if (d) {
+        const float* dr = d + (u64)blockIdx.x * cols;
+        for (int j = threadIdx.x; j < cols; j += NORM_THREADS) {
+            const float v = __fadd_rn(xr[j], dr[j]);
+            xr[j] = v;
+            s = fmaf(v, v, s);
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += NORM_THREADS) s = fmaf(xr[j], xr[j], s);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
@@ -34,14 +47,22 @@ __device__ __forceinline__ void rms_norm_body(const float* __restrict__ x, const
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
     PDL_ENTRY();
-    rms_norm_body(x, w, eps, out, cols, nullptr);
+    rms_norm_body(const_cast<float*>(x), nullptr, w, eps, out, cols, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm_bf16(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out,
                   int cols, unsigned short* __restrict__ xb) {
     PDL_ENTRY();
-    rms_norm_body(x, w, eps, out, cols, xb);
+    rms_norm_body(const_cast<float*>(x), nullptr, w, eps, out, cols, xb);
+}
+
+// acc[n, :] += d[n, :], then out[n, :] = rms_norm(acc[n, :]) (`xb`, when not null, as in rms_norm_bf16).
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+    add_rms_norm(float* acc, const float* __restrict__ d, const float* __restrict__ w, float eps,
+                 float* __restrict__ out, int cols, unsigned short* __restrict__ xb) {
+    PDL_ENTRY();
+    rms_norm_body(acc, d, w, eps, out, cols, xb);
 }
 
 // acc += x.

@@ -119,16 +119,22 @@ impl<B: FullBackend> Decoder<B> {
         b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
         let rope = b.rope_table(&batch.positions, &self.inv_freq);
         let mut normed = b.tensor(n, hidden);
+        // Each residual add and the norm that reads its sum run as one `add_rms_norm` (the bits of
+        // the two apart); the last layer's output goes to the final norm in the head.
+        if let Some(first) = self.layers.first() {
+            b.rms_norm(&x, &first.input_layernorm, eps, &mut normed);
+        }
         for (i, layer) in self.layers.iter().enumerate() {
-            b.rms_norm(&x, &layer.input_layernorm, eps, &mut normed);
             if let Some(t) = &mut trace {
                 t("attn_norm", Some(i), &normed);
             }
             let attn = layer.self_attn.forward(b, &normed, &rope, batch, kv, i, &mut trace);
-            b.add(&mut x, &attn);
-            b.rms_norm(&x, &layer.post_attention_layernorm, eps, &mut normed);
+            b.add_rms_norm(&mut x, &attn, &layer.post_attention_layernorm, eps, &mut normed);
             let mlp = layer.mlp.forward(b, &normed, i, &mut trace);
-            b.add(&mut x, &mlp);
+            match self.layers.get(i + 1) {
+                Some(next) => b.add_rms_norm(&mut x, &mlp, &next.input_layernorm, eps, &mut normed),
+                None => b.add(&mut x, &mlp),
+            }
             if let Some(t) = &mut trace {
                 t("layer_out", Some(i), &x);
             }
