@@ -192,6 +192,39 @@ mod tests {
         }
     }
 
+    /// Whether `name` is what the kernel `scanned` defines: the same name, or, for a kernel a
+    /// macro stamps out (`prefix_##A##_##B`), a name with the same fixed text around the pasted parts.
+    fn defines(scanned: &str, name: &str) -> bool {
+        let mut pieces = scanned.split("##");
+        let first = pieces.next().unwrap_or("");
+        let Some(mut rest) = name.strip_prefix(first) else { return false };
+        if !scanned.contains("##") {
+            return rest.is_empty();
+        }
+        // Odd pieces are macro parameters (anything but empty); even ones are fixed text.
+        for (i, piece) in pieces.enumerate() {
+            if i % 2 == 1 {
+                match rest.find(piece) {
+                    Some(at) if at > 0 => rest = &rest[at + piece.len()..],
+                    _ => return false,
+                }
+            }
+        }
+        !rest.is_empty() || scanned.ends_with("##")
+    }
+
+    #[test]
+    fn every_kernel_the_backend_loads_is_defined() {
+        let scanned: Vec<String> =
+            crate::compile::SOURCE.iter().flat_map(|s| parameter_counts(s)).map(|(name, _)| name).collect();
+        for name in crate::kernel_set::kernel_names() {
+            assert!(scanned.iter().any(|s| defines(s, &name)), "kernel {name} is loaded but no source defines it");
+        }
+        assert!(defines("attention_mma_##HD##_##NAME", "attention_mma_128_f16"));
+        assert!(!defines("attention_mma_##HD##_##NAME", "attention_merge"));
+        assert!(!defines("rope", "rope_qk"));
+    }
+
     #[test]
     fn the_scan_counts_parameters_through_macros_and_bounds() {
         let src = "extern \"C\" __global__ void __launch_bounds__(128) k_##HD(const float* a, \\\n int b, \
