@@ -169,6 +169,9 @@ pub struct CudaBackend {
     /// copy of its output those weights take; `PLUMB_CUDA_NORM_ROUND=0` turns that off).
     pub(crate) mma_weights: AtomicBool,
     norm_round: bool,
+    /// Whether a residual add and the norm after it run as one kernel (`add_rms_norm`;
+    /// `PLUMB_CUDA_FUSE_ADD=0` launches the two apart: the same bits, for measuring).
+    pub(crate) fuse_add: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -280,6 +283,7 @@ impl CudaBackend {
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
+            fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,
@@ -381,9 +385,9 @@ impl CudaBackend {
     }
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
-    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`),
-    /// for receipts: a figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 6] {
+    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
+    /// `PLUMB_CUDA_FUSE_ADD`), for receipts: a figure measured with a switch off says so.
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 7] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -391,6 +395,7 @@ impl CudaBackend {
             ("attention_split_kv", self.attention_split_kv),
             ("producers_round_bf16", self.norm_round),
             ("programmatic_dependent_launch", launch::pdl()),
+            ("fused_add_norm", self.fuse_add),
         ]
     }
 

@@ -102,13 +102,15 @@ impl ElementwiseOps for CudaBackend {
     }
 
     fn add_rms_norm(&self, acc: &mut CudaTensor, x: &CudaTensor, weight: &CudaWeight, eps: f32, out: &mut CudaTensor) {
-        // `PLUMB_CUDA_FUSE_ADD=0` launches the two apart (the same bits, for measuring).
-        static FUSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*FUSE.get_or_init(|| std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0")) {
+        if !self.fuse_add {
             self.add(acc, x);
             return self.rms_norm(acc, weight, eps, out);
         }
-        assert_eq!((acc.rows, acc.cols, acc.padded_rows), (x.rows, x.cols, x.padded_rows), "add: shape mismatch");
+        assert_eq!(
+            (acc.rows, acc.cols, acc.padded_rows),
+            (x.rows, x.cols, x.padded_rows),
+            "add_rms_norm: shape mismatch"
+        );
         self.norm_rows(&*acc, Some(x), weight, eps, out);
     }
 

@@ -64,6 +64,19 @@ fn weight(b: &CudaBackend, rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize
     b.load_weight(WeightSource { name: format!("{ty}"), ty, rows, cols, bytes }).unwrap()
 }
 
+/// An RMSNorm weight of `cols` values near 1, in f32.
+fn norm_weight(b: &CudaBackend, rng: &mut Rng, cols: usize) -> plumb_backend_cuda::CudaWeight {
+    let wv: Vec<f32> = (0..cols).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+    b.load_weight(WeightSource {
+        name: "norm".into(),
+        ty: GgmlType::F32,
+        rows: 1,
+        cols,
+        bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
+    })
+    .unwrap()
+}
+
 #[test]
 fn linear_rows_are_batch_invariant_for_every_format() {
     let Some(b) = device::backend("linear") else { return };
@@ -117,16 +130,7 @@ fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     let (n, k, rows) = (72, 576, 37);
     let w1 = weight(&b, &mut rng, GgmlType::BF16, n, k);
     let w2 = weight(&b, &mut rng, GgmlType::BF16, 40, k);
-    let wv: Vec<f32> = (0..k).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
-    let norm = b
-        .load_weight(WeightSource {
-            name: "norm".into(),
-            ty: GgmlType::F32,
-            rows: 1,
-            cols: k,
-            bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        })
-        .unwrap();
+    let norm = norm_weight(&b, &mut rng, k);
     let x = b.upload(&activations(&mut rng, rows, k, Spread::DynamicRange), rows, k);
     let y = b.upload(&activations(&mut rng, rows, k, Spread::Normal), rows, k);
     let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
@@ -165,16 +169,7 @@ fn the_fused_residual_add_and_norm_gives_the_bits_of_the_two_apart() {
     let mut rng = Rng::new(device::seed() ^ 0xadd0);
     let (k, n) = (576, 40);
     let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-    let wv: Vec<f32> = (0..k).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
-    let norm = b
-        .load_weight(WeightSource {
-            name: "norm".into(),
-            ty: GgmlType::F32,
-            rows: 1,
-            cols: k,
-            bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        })
-        .unwrap();
+    let norm = norm_weight(&b, &mut rng, k);
     let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
     for rows in [1, 7, 37, 300] {
         let h = activations(&mut rng, rows, k, Spread::DynamicRange);
