@@ -29,8 +29,11 @@ fn schemathesis_finds_no_server_error_and_no_schema_violation() {
             "30",
             "--seed",
             "20261130",
+            // One worker: with two, Hypothesis parses lambda sources (`ast.parse`) on two threads
+            // at once, which CPython 3.11 can fail with "AST constructor recursion depth
+            // mismatch" — an error inside the tool, not a finding (seen once in a CI run).
             "--workers",
-            "2",
+            "1",
             "--no-color",
             "--request-timeout",
             "300",
