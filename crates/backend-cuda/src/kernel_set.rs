@@ -69,6 +69,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "silu_mul_bf16",
         "rope",
         "rope_rotate_half",
+        "rope_qk",
         "gather_rows",
         "write_kv_f32",
         "write_kv_f16",

@@ -230,6 +230,41 @@ impl RopeOps for CudaBackend {
     fn rope_rotate_half(&self, x: &mut CudaTensor, table: &CudaTensor, num_heads: usize, head_dim: usize) {
         self.rope_launch("rope_rotate_half", x, table, num_heads, head_dim);
     }
+
+    fn rope_qk(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        table: &CudaTensor,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        rotate_half: bool,
+    ) {
+        assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "rope_qk: q's shape mismatch");
+        assert_eq!((k.rows, k.cols), (table.rows, num_kv_heads * head_dim), "rope_qk: k's shape mismatch");
+        assert!(
+            q.padded_rows == table.padded_rows && k.padded_rows == table.padded_rows,
+            "rope_qk: padded rows differ"
+        );
+        let half = table.cols / 2;
+        assert!(2 * half <= head_dim, "rope_qk: the table rotates more dims than a head has");
+        let n = table.padded_rows * (num_heads + num_kv_heads) * half;
+        if n == 0 {
+            return;
+        }
+        let l = Launch::new(self.kernel("rope_qk"), grid_1d(n))
+            .ptr(q.ptr())
+            .ptr(k.ptr())
+            .ptr(table.ptr())
+            .i32(table.padded_rows as i32)
+            .i32(half as i32)
+            .i32(num_heads as i32)
+            .i32(num_kv_heads as i32)
+            .i32(head_dim as i32)
+            .i32(rotate_half as i32);
+        self.submit(l);
+    }
 }
 
 impl AttentionOps for CudaBackend {

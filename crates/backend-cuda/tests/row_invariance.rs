@@ -193,6 +193,38 @@ fn the_fused_residual_add_and_norm_gives_the_bits_of_the_two_apart() {
 }
 
 #[test]
+fn rope_of_q_and_k_in_one_launch_gives_the_bits_of_two() {
+    let Some(b) = device::backend("rope q + k") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x0e0e);
+    let (heads, kv_heads, head_dim) = (9, 3, 64);
+    // A partial rotation (48 of 64 dims) as well as a whole one.
+    for (rot, rows) in [(32, 1), (32, 37), (24, 300)] {
+        let inv_freq: Vec<f64> = (0..rot).map(|i| 1.0 / 10_000f64.powf(2.0 * i as f64 / head_dim as f64)).collect();
+        let positions: Vec<u32> = (0..rows as u32).map(|r| (r * 977 + 5) % 8192).collect();
+        let table = b.rope_table(&positions, &inv_freq);
+        let q = activations(&mut rng, rows, heads * head_dim, Spread::DynamicRange);
+        let k = activations(&mut rng, rows, kv_heads * head_dim, Spread::Normal);
+        let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        for rotate_half in [false, true] {
+            let (mut q1, mut k1) = (b.upload(&q, rows, heads * head_dim), b.upload(&k, rows, kv_heads * head_dim));
+            let (mut q2, mut k2) = (b.upload(&q, rows, heads * head_dim), b.upload(&k, rows, kv_heads * head_dim));
+            if rotate_half {
+                b.rope_rotate_half(&mut q1, &table, heads, head_dim);
+                b.rope_rotate_half(&mut k1, &table, kv_heads, head_dim);
+            } else {
+                b.rope(&mut q1, &table, heads, head_dim);
+                b.rope(&mut k1, &table, kv_heads, head_dim);
+            }
+            b.rope_qk(&mut q2, &mut k2, &table, heads, kv_heads, head_dim, rotate_half);
+            let what = format!("{rows} rows, {rot} pairs, rotate_half {rotate_half}");
+            assert_eq!(bits(&q2), bits(&q1), "{what}: q differs");
+            assert_eq!(bits(&k2), bits(&k1), "{what}: k differs");
+            assert_ne!(bits(&q2), q.iter().map(|v| v.to_bits()).collect::<Vec<u32>>(), "{what}: q was not rotated");
+        }
+    }
+}
+
+#[test]
 fn row_wise_ops_are_batch_invariant() {
     let Some(b) = device::backend("row-wise ops") else { return };
     let mut rng = Rng::new(device::seed());

@@ -341,6 +341,27 @@ pub trait RopeOps: Backend {
     /// Rotates pairs (x[i], x[i + r/2]) of each head's first r = `2 · inv_freq.len()` dims: the
     /// "rotate-half" layout Hugging Face checkpoints store. x: [num_rows, num_heads · head_dim].
     fn rope_rotate_half(&self, x: &mut Self::Tensor, table: &Self::Tensor, num_heads: usize, head_dim: usize);
+    /// `rope` (or, with `rotate_half`, `rope_rotate_half`) of q's `num_heads` heads and of k's
+    /// `num_kv_heads`: one launch on a backend that fuses them, with the bits of the two apart.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_qk(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        table: &Self::Tensor,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        rotate_half: bool,
+    ) {
+        if rotate_half {
+            self.rope_rotate_half(q, table, num_heads, head_dim);
+            self.rope_rotate_half(k, table, num_kv_heads, head_dim);
+        } else {
+            self.rope(q, table, num_heads, head_dim);
+            self.rope(k, table, num_kv_heads, head_dim);
+        }
+    }
 }
 
 /// Paged attention.

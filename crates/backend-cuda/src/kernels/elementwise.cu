@@ -140,6 +140,39 @@ extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* 
     h[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
 
+// `rope` (adjacent pairs) or, with rotate_half, `rope_rotate_half` of q's heads and of k's in one
+// launch: threads below q's pair count rotate q, the rest k, each with its layout's arithmetic
+// above (so the bits of the two launches apart). q: [num_rows, q_heads · head_dim], k likewise.
+extern "C" __global__ void rope_qk(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ table,
+                                   int num_rows, int half, int q_heads, int k_heads, int head_dim, int rotate_half) {
+    PDL_ENTRY();
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nq = (u64)num_rows * q_heads * half;
+    if (t >= nq + (u64)num_rows * k_heads * half) return;
+    float* x = q;
+    int heads = q_heads;
+    if (t >= nq) {
+        t -= nq;
+        x = k;
+        heads = k_heads;
+    }
+    int i = (int)(t % half);
+    int head = (int)((t / half) % heads);
+    int row = (int)(t / ((u64)half * heads));
+    float c = table[(u64)row * 2 * half + i];
+    float s = table[(u64)row * 2 * half + half + i];
+    float* h = x + (u64)row * heads * head_dim + (u64)head * head_dim;
+    if (rotate_half) {
+        float x0 = h[i], x1 = h[i + half];
+        h[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        h[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    } else {
+        float x0 = h[2 * i], x1 = h[2 * i + 1];
+        h[2 * i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        h[2 * i + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
 // out[i, :] = x[rows[i], :]. One block per output row.
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
                                        float* __restrict__ out, int cols) {

@@ -94,16 +94,7 @@ impl<B: FullBackend> Attention<B> {
                 t("k_norm", Some(layer), &k);
             }
         }
-        match self.rope_layout {
-            RopeLayout::AdjacentPairs => {
-                b.rope(&mut q, rope, h, d);
-                b.rope(&mut k, rope, kvh, d);
-            }
-            RopeLayout::RotateHalf => {
-                b.rope_rotate_half(&mut q, rope, h, d);
-                b.rope_rotate_half(&mut k, rope, kvh, d);
-            }
-        }
+        b.rope_qk(&mut q, &mut k, rope, h, kvh, d, self.rope_layout == RopeLayout::RotateHalf);
         if let Some(t) = trace {
             t("q_rope", Some(layer), &q);
             t("k_rope", Some(layer), &k);
