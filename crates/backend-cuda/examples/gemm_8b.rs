@@ -6,6 +6,9 @@
 //! activations rounded to bf16 on entry, f32 out).
 //!
 //!   cargo run --release -p plumb-backend-cuda --example gemm_8b [-- OUT.json]
+//!
+//! `GEMM_MS=1,8,64` measures only those row counts, `GEMM_SHAPES=qkv,down` only those shapes
+//! (sweeps of the backend's `PLUMB_CUDA_TMA_*` switches run it many times in one call).
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::CudaContext;
@@ -71,14 +74,23 @@ fn main() {
         "{:<8} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8} {:>7}",
         "shape", "M", "plumb us", "GB/s", "TFLOP/s", "cuBLASLt", "TFLOP/s", "ratio"
     );
+    let list = |var: &str| std::env::var(var).ok().map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>());
+    let ms: Vec<usize> = match list("GEMM_MS") {
+        Some(v) => v.iter().map(|m| m.parse().expect("GEMM_MS: row counts")).collect(),
+        None => MS.to_vec(),
+    };
+    let shapes = list("GEMM_SHAPES");
     for (si, &(name, nf, k)) in SHAPES.iter().enumerate() {
+        if shapes.as_ref().is_some_and(|s| !s.iter().any(|s| s == name)) {
+            continue;
+        }
         let wh = bf16_values(nf * k, 1 + si as u64);
         let bytes = HostBytes::from_vec(wh.iter().flat_map(|v| v.to_le_bytes()).collect());
         let w = b
             .load_weight(WeightSource { name: name.into(), ty: GgmlType::BF16, rows: nf, cols: k, bytes })
             .expect("weight");
         let wl = stream.clone_htod(&wh.iter().map(|&v| bf16::from_bits(v)).collect::<Vec<_>>()).unwrap();
-        for m in MS {
+        for &m in &ms {
             let xh: Vec<f32> =
                 bf16_values(m * k, 100 + m as u64).iter().map(|&v| bf16::from_bits(v).to_f32()).collect();
             let x = b.upload(&xh, m, k);

@@ -172,6 +172,9 @@ pub struct CudaBackend {
     /// Whether a residual add and the norm after it run as one kernel (`add_rms_norm`;
     /// `PLUMB_CUDA_FUSE_ADD=0` launches the two apart: the same bits, for measuring).
     pub(crate) fuse_add: bool,
+    /// Whether `linear_multi` runs weights of one input together, up to three a launch
+    /// (`PLUMB_CUDA_GROUP_LINEAR=0` launches each apart: the same bits, for measuring).
+    pub(crate) group_linear: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -284,6 +287,7 @@ impl CudaBackend {
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),
+            group_linear: std::env::var("PLUMB_CUDA_GROUP_LINEAR").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,
@@ -386,8 +390,9 @@ impl CudaBackend {
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
-    /// `PLUMB_CUDA_FUSE_ADD`), for receipts: a figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 7] {
+    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`), for receipts: a figure measured with a
+    /// switch off says so.
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 8] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -396,6 +401,7 @@ impl CudaBackend {
             ("producers_round_bf16", self.norm_round),
             ("programmatic_dependent_launch", launch::pdl()),
             ("fused_add_norm", self.fuse_add),
+            ("grouped_linear", self.group_linear),
         ]
     }
 

@@ -8,7 +8,7 @@
 
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_kernel, tma_smem};
+use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_smem};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::LinearOps;
@@ -105,60 +105,111 @@ impl CudaBackend {
         self.take_rounded(x).unwrap_or_else(|| self.round_bf16(x))
     }
 
-    /// `linear`; a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given,
-    /// else rounds x itself.
-    fn linear_into(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
-        assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
-        assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
-        if x.padded_rows == 0 || w.rows == 0 {
+    /// `linear` of up to three weights that read the same x (of one type and width: `linear_multi`
+    /// groups them) in one launch where the kernel takes several (`seg_of` in kernels/linear.cu);
+    /// a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given, else rounds x
+    /// itself.
+    fn linear_group(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+        rounded: Option<&DeviceBuf>,
+    ) {
+        assert!(!ws.is_empty() && ws.len() <= 3 && ws.len() == outs.len(), "linear: 1 to 3 weights, one output each");
+        for (w, out) in ws.iter().zip(outs.iter()) {
+            assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
+            assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
+            assert!((w.ty, w.mma) == (ws[0].ty, ws[0].mma), "linear `{}`: grouped with another type", w.name);
+            self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        if x.padded_rows == 0 || ws.iter().any(|w| w.rows == 0) {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                if w.rows > 0 && x.padded_rows > 0 {
+                    self.linear_group(x, &[w], &mut [&mut **out], rounded);
+                }
+            }
             return;
         }
-        self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
-        if w.mma && self.tma.enabled {
-            self.linear_tma(x, w, out, rounded);
-            return;
-        }
-        // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
-        let mut decode = None;
-        let (kernel, cfg) = if w.mma {
-            if x.padded_rows <= MMA_DECODE_MAX_ROWS {
-                let tiles = w.rows.div_ceil(64);
-                let num_chunks = w.cols.div_ceil(256);
-                let groups = x.padded_rows.div_ceil(8);
-                let wide = groups >= self.decode_wide_groups;
-                let slots = if wide { self.decode_slots_wide[groups - 1] } else { self.decode_slots[groups - 1] };
-                // A free choice: the fold is the same with any split.
-                let per_split = match slots {
-                    Some(slots) => decode_split(tiles, num_chunks, slots, x.padded_rows, self.decode_fill),
-                    None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
-                };
-                let splits = num_chunks.div_ceil(per_split);
-                let part = (splits > 1).then(|| self.alloc(num_chunks * x.padded_rows * w.rows * 4));
-                decode = Some((per_split, part));
-                let smem = decode_smem(groups);
-                let grid = (tiles as u32, splits as u32, 1);
-                let (kernel, threads) =
-                    if wide { (self.kernel("linear_mma_decode_wide_bf16"), 256) } else { (&w.kernels[1], 128) };
-                (kernel, LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 })
-            } else {
-                let grid = (x.padded_rows.div_ceil(128) as u32, w.rows.div_ceil(128) as u32, 1);
-                let cfg = LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: WGMMA_SMEM as u32 };
-                (&w.kernels[0], cfg)
+        if ws[0].mma && self.tma.enabled {
+            self.linear_tma(x, ws, outs, rounded);
+        } else if ws[0].mma {
+            let own = rounded.is_none().then(|| self.rounded(x));
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                self.linear_mma(x, w, out, own.as_ref().or(rounded));
             }
         } else {
-            let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-            let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
-            let cfg = LaunchConfig {
-                grid_dim: (w.rows.div_ceil(features) as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
-                block_dim: (LIN_WARPS as u32 * 32, 1, 1),
-                shared_mem_bytes: 0,
+            self.linear_cuda_cores(x, ws, outs);
+        }
+    }
+
+    /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16.
+    fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+        let w = ws[0];
+        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
+        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
+        let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(features)).sum();
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
+            block_dim: (LIN_WARPS as u32 * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let at = |i: usize| {
+            (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
+        };
+        let (w1, o1, n1) = at(1);
+        let (w2, o2, n2) = at(2);
+        self.submit(
+            Launch::new(kernel, cfg)
+                .ptr(x.ptr())
+                .ptr(w.ptr)
+                .ptr(w1)
+                .ptr(w2)
+                .u64(w.row_bytes as u64)
+                .ptr(outs[0].ptr())
+                .ptr(o1)
+                .ptr(o2)
+                .i32(x.padded_rows as i32)
+                .i32(w.rows as i32)
+                .i32(n1 as i32)
+                .i32(n2 as i32)
+                .i32(w.cols as i32),
+        );
+    }
+
+    /// `linear` of a tensor-core weight on the kernels the TMA kernels replaced (`PLUMB_CUDA_TMA=0`,
+    /// for measuring): mma.sync for few rows, cp.async-fed wgmma for many.
+    fn linear_mma(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
+        // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
+        let mut decode = None;
+        let (kernel, cfg) = if x.padded_rows <= MMA_DECODE_MAX_ROWS {
+            let tiles = w.rows.div_ceil(64);
+            let num_chunks = w.cols.div_ceil(256);
+            let groups = x.padded_rows.div_ceil(8);
+            let wide = groups >= self.decode_wide_groups;
+            let slots = if wide { self.decode_slots_wide[groups - 1] } else { self.decode_slots[groups - 1] };
+            // A free choice: the fold is the same with any split.
+            let per_split = match slots {
+                Some(slots) => decode_split(tiles, num_chunks, slots, x.padded_rows, self.decode_fill),
+                None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
             };
-            (kernel, cfg)
+            let splits = num_chunks.div_ceil(per_split);
+            let part = (splits > 1).then(|| self.alloc(num_chunks * x.padded_rows * w.rows * 4));
+            decode = Some((per_split, part));
+            let smem = decode_smem(groups);
+            let grid = (tiles as u32, splits as u32, 1);
+            let (kernel, threads) =
+                if wide { (self.kernel("linear_mma_decode_wide_bf16"), 256) } else { (&w.kernels[1], 128) };
+            (kernel, LaunchConfig { grid_dim: grid, block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 })
+        } else {
+            let grid = (x.padded_rows.div_ceil(128) as u32, w.rows.div_ceil(128) as u32, 1);
+            let cfg = LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: WGMMA_SMEM as u32 };
+            (&w.kernels[0], cfg)
         };
         // The tensor-core kernels take the activations rounded to bf16 and k-permuted, once for
         // every block.
-        let own = (w.mma && rounded.is_none()).then(|| self.rounded(x));
-        let input = if w.mma { own.as_ref().or(rounded).map(|b| b.ptr).expect("rounded above") } else { x.ptr() };
+        let own = rounded.is_none().then(|| self.rounded(x));
+        let input = own.as_ref().or(rounded).map(|b| b.ptr).expect("rounded above");
         let l = Launch::new(kernel, cfg)
             .ptr(input)
             .ptr(w.ptr)
@@ -179,25 +230,37 @@ impl CudaBackend {
 
     /// `linear` on the TMA kernels (kernels/linear_tma.cu): the instance whose row tile holds
     /// the rows (or tiles them by 128), 128 features per block, and for few rows K split over
-    /// blocks as `decode_split` plans it for the instance's resident blocks.
-    fn linear_tma(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
+    /// blocks as `decode_split` plans it for the instance's resident blocks. Up to three weights
+    /// of one input run as one launch, each on whole tiles of its own.
+    fn linear_tma(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+        rounded: Option<&DeviceBuf>,
+    ) {
         let rows = x.padded_rows;
-        let (i, name) = tma_kernel(rows);
+        let (i, name) = self.tma.kernel(rows);
         let n = TMA_ROWS[i];
-        let tiles = w.rows.div_ceil(128);
-        let num_chunks = w.cols.div_ceil(256);
+        let cols = ws[0].cols;
+        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
+        let features: usize = ws.iter().map(|w| w.rows).sum();
+        let num_chunks = cols.div_ceil(256);
         // A free choice: the fold is the same with any split. Many rows keep whole K per block.
         let per_split = if n <= 64 {
-            decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill)
+            match self.tma.splits {
+                Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
+                None => decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill),
+            }
         } else {
             num_chunks
         };
         let splits = num_chunks.div_ceil(per_split);
-        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * w.rows * 4));
+        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
         let own = rounded.is_none().then(|| self.rounded(x));
         let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        let xmap = bf16_tile_map(input, w.cols, rows, w.cols * 2, n);
-        let wmap = bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128);
+        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n);
+        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128)).collect();
         let tasks = rows.div_ceil(n) * tiles * splits;
         let cfg = LaunchConfig {
             grid_dim: (self.tma.grid(i, tasks) as u32, 1, 1),
@@ -209,25 +272,43 @@ impl CudaBackend {
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
         // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is two.
         let counters = if fold_apart { 0 } else { self.decode_counters(tiles * 2) };
+        // Weight i's map, output and features; a launch of fewer weights repeats the first map
+        // (never read: those weights have no features).
+        let seg = |i: usize| {
+            (wmaps.get(i).unwrap_or(&wmaps[0]), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
+        };
+        let (m1, o1, n1) = seg(1);
+        let (m2, o2, n2) = seg(2);
+        let out0 = outs[0].ptr();
         self.submit(
             Launch::new(self.kernel(&name), cfg)
                 .tensor_map(&xmap)
-                .tensor_map(&wmap)
-                .ptr(out.ptr())
+                .tensor_map(&wmaps[0])
+                .tensor_map(m1)
+                .tensor_map(m2)
+                .ptr(out0)
+                .ptr(o1)
+                .ptr(o2)
                 .i32(rows as i32)
-                .i32(w.rows as i32)
-                .i32(w.cols as i32)
+                .i32(ws[0].rows as i32)
+                .i32(n1 as i32)
+                .i32(n2 as i32)
+                .i32(cols as i32)
                 .i32(per_split as i32)
                 .ptr(part.as_ref().map_or(0, |p| p.ptr))
                 .ptr(counters),
         );
         if let Some(part) = part.filter(|_| fold_apart) {
-            let n = rows * w.rows;
             self.submit(
-                Launch::new(self.kernel("fold_chunks"), grid_1d(n))
+                Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features))
                     .ptr(part.ptr)
-                    .ptr(out.ptr())
-                    .u64(n as u64)
+                    .ptr(out0)
+                    .ptr(o1)
+                    .ptr(o2)
+                    .i32(rows as i32)
+                    .i32(ws[0].rows as i32)
+                    .i32(n1 as i32)
+                    .i32(n2 as i32)
                     .i32(num_chunks as i32),
             );
         }
@@ -236,14 +317,21 @@ impl CudaBackend {
 
 impl LinearOps for CudaBackend {
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
-        self.linear_into(x, w, out, None);
+        self.linear_group(x, &[w], &mut [out], None);
     }
 
-    /// q/k/v and gate/up: the activations are rounded once for all the tensor-core weights.
+    /// q/k/v and gate/up: the activations are rounded once for all the tensor-core weights, and
+    /// runs of up to three weights of one type and width go as one launch (`linear_group`).
     fn linear_multi(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+        assert_eq!(ws.len(), outs.len(), "linear_multi: one output per weight");
         let rounded = (ws.iter().all(|w| w.mma) && x.padded_rows > 0).then(|| self.rounded(x));
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            self.linear_into(x, w, out, rounded.as_ref());
+        let (mut i, mut outs) = (0, outs);
+        while i < ws.len() {
+            let same = |w: &&&CudaWeight| (w.ty, w.cols, w.mma) == (ws[i].ty, ws[i].cols, ws[i].mma);
+            let len = ws[i..].iter().take(if self.group_linear { 3 } else { 1 }).take_while(same).count();
+            let (group, rest) = outs.split_at_mut(len);
+            self.linear_group(x, &ws[i..i + len], group, rounded.as_ref());
+            (i, outs) = (i + len, rest);
         }
     }
 

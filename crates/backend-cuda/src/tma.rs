@@ -15,9 +15,11 @@ pub(crate) const TMA_ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 /// Threads of a block: two consumer warpgroups and one producer warp.
 pub(crate) const TMA_THREADS: u32 = 288;
 
-/// The instance for `rows` rows: (index into `TMA_ROWS`, kernel name).
-pub(crate) fn tma_kernel(rows: usize) -> (usize, String) {
-    let i = TMA_ROWS.iter().position(|&n| rows <= n).unwrap_or(TMA_ROWS.len() - 1);
+/// The instance for `rows` rows among those of at most `max_rows` rows: (index into `TMA_ROWS`,
+/// kernel name). The smallest that holds the rows, else the largest allowed, which tiles them.
+pub(crate) fn tma_kernel(rows: usize, max_rows: usize) -> (usize, String) {
+    let last = TMA_ROWS.iter().rposition(|&n| n <= max_rows).unwrap_or(0);
+    let i = TMA_ROWS[..=last].iter().position(|&n| rows <= n).unwrap_or(last);
     (i, format!("linear_tma_bf16_n{}", TMA_ROWS[i]))
 }
 
@@ -38,12 +40,18 @@ pub(crate) fn tma_smem(n: usize) -> usize {
 /// replaced, kept for measuring against), each instance's resident blocks on the whole device
 /// (SMs × blocks per SM at its shared memory and registers: what `ops_linear::decode_split` plans the
 /// split of K with, and the persistent grid), and whether blocks walk several tasks (default;
-/// `PLUMB_CUDA_TMA_PERSIST=0` launches one block per task). All compute the same bits.
+/// `PLUMB_CUDA_TMA_PERSIST=0` launches one block per task). Two more switches exist for
+/// measuring the choices against each other: `PLUMB_CUDA_TMA_ROWS=N` keeps to the instances of at
+/// most N rows (more rows tile by the largest), `PLUMB_CUDA_TMA_SPLITS=S` splits K in S (at most
+/// one split per chunk) for every call of up to 64 rows instead of `decode_split`'s choice. All
+/// compute the same bits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TmaPlan {
     pub(crate) enabled: bool,
     pub(crate) slots: [usize; 5],
     pub(crate) persistent: bool,
+    pub(crate) max_rows: usize,
+    pub(crate) splits: Option<usize>,
 }
 
 impl TmaPlan {
@@ -58,7 +66,19 @@ impl TmaPlan {
             *s = sms * per_sm.max(1) as usize;
         }
         let off = |name| std::env::var(name).is_ok_and(|v| v == "0");
-        Ok(TmaPlan { enabled: !off("PLUMB_CUDA_TMA"), slots, persistent: !off("PLUMB_CUDA_TMA_PERSIST") })
+        let number = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&v| v > 0);
+        Ok(TmaPlan {
+            enabled: !off("PLUMB_CUDA_TMA"),
+            slots,
+            persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
+            max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(128),
+            splits: number("PLUMB_CUDA_TMA_SPLITS"),
+        })
+    }
+
+    /// The instance that takes `rows` rows: (index into `TMA_ROWS`, kernel name).
+    pub(crate) fn kernel(&self, rows: usize) -> (usize, String) {
+        tma_kernel(rows, self.max_rows)
     }
 
     /// Blocks to launch for `tasks` tasks of instance `i`.
@@ -103,4 +123,24 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
         "encoding a TMA map of {rows} x {k} bf16 at {ptr:#x}, rows {row_bytes} bytes apart"
     );
     map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tma_kernel;
+
+    #[test]
+    fn the_instance_is_the_smallest_that_holds_the_rows_within_the_cap() {
+        assert_eq!(tma_kernel(1, 128), (0, "linear_tma_bf16_n8".into()));
+        assert_eq!(tma_kernel(9, 128).0, 1);
+        assert_eq!(tma_kernel(64, 128).0, 3);
+        assert_eq!(tma_kernel(65, 128).0, 4);
+        assert_eq!(tma_kernel(5000, 128).0, 4);
+        // A cap tiles more rows by the largest instance it allows.
+        assert_eq!(tma_kernel(64, 16), (1, "linear_tma_bf16_n16".into()));
+        assert_eq!(tma_kernel(8, 16).0, 0);
+        assert_eq!(tma_kernel(2048, 32).0, 2);
+        // A cap below every instance still leaves the smallest.
+        assert_eq!(tma_kernel(100, 1).0, 0);
+    }
 }

@@ -124,6 +124,57 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
 /// tensor-core `linear` takes instead of rounding again: the products must equal those of the
 /// same values uploaded fresh, and a launch that writes the output in between must void the copy.
 #[test]
+fn weights_run_together_give_the_bits_of_each_apart() {
+    let Some(b) = device::backend("linear") else { return };
+    let mut rng = Rng::new(device::seed());
+    // `linear_multi` runs up to three weights of one type and width in one launch (q|k|v,
+    // gate|up), each on whole feature tiles of its own: every output must be the one `linear`
+    // gives alone, for widths that end in partial tiles (576 = 4.5 tiles of 128), for one to
+    // five rows (the split K's last block folds) and more (`fold_chunks` folds; no split), and
+    // for a run of four (three, then one) and of mixed types (split by type).
+    let cases: [(&[usize], usize); 3] = [(&[576, 192, 192], 576), (&[300, 260], 4096), (&[64, 200, 72, 136], 1024)];
+    for ty in [GgmlType::BF16, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for (widths, k) in cases {
+            let ws: Vec<_> = widths.iter().map(|&n| weight(&b, &mut rng, ty, n, k)).collect();
+            for m in [1, 3, 5, 8, 37, 64, 300] {
+                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+                let mut together: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
+                let refs: Vec<_> = ws.iter().collect();
+                b.linear_multi(&x, &refs, &mut together.iter_mut().collect::<Vec<_>>());
+                for (i, w) in ws.iter().enumerate() {
+                    let mut alone = b.tensor(m, widths[i]);
+                    b.linear(&x, w, &mut alone);
+                    let (got, want) = (b.download(&together[i]), b.download(&alone));
+                    if let Some(j) = got.iter().zip(&want).position(|(a, c)| a.to_bits() != c.to_bits()) {
+                        panic!(
+                            "{ty} {widths:?}x{k}, {m} rows: weight {i} run together differs at {j}: {} vs {}",
+                            got[j], want[j]
+                        );
+                    }
+                    assert!(want.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
+                }
+            }
+        }
+    }
+    // Mixed types: a bf16 weight between two Q8_0 weights runs apart, with the same bits.
+    let k = 576;
+    let ws = [
+        weight(&b, &mut rng, GgmlType::Q8_0, 96, k),
+        weight(&b, &mut rng, GgmlType::BF16, 128, k),
+        weight(&b, &mut rng, GgmlType::Q8_0, 40, k),
+    ];
+    let x = b.upload(&activations(&mut rng, 3, k, Spread::DynamicRange), 3, k);
+    let mut together: Vec<_> = ws.iter().map(|w| b.tensor(3, w.rows)).collect();
+    b.linear_multi(&x, &ws.iter().collect::<Vec<_>>(), &mut together.iter_mut().collect::<Vec<_>>());
+    for (w, got) in ws.iter().zip(&together) {
+        let mut alone = b.tensor(3, w.rows);
+        b.linear(&x, w, &mut alone);
+        assert!(b.download(got).iter().zip(b.download(&alone)).all(|(a, c)| a.to_bits() == c.to_bits()), "mixed types");
+    }
+    eprintln!("linear_multi: every weight run together gives its bits apart");
+}
+
+#[test]
 fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     let Some(b) = device::backend("norm + linear") else { return };
     let mut rng = Rng::new(device::seed() ^ 0x4e04);

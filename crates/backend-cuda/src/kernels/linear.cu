@@ -15,12 +15,29 @@
 #define LIN_ROWS 16
 #define LIN_WARPS 8
 
+// Up to three weights that read the same input run as one launch (`linear_multi`: q|k|v,
+// gate|up): weight s has n_s features and an output of its own, and a launch's units (blocks or
+// tiles of `per` features) go to the weights in order, each starting on a fresh unit. Which
+// weight unit `u` falls in and the unit within it; n1 = n2 = 0 for one weight. A feature's
+// operations do not depend on its neighbours, so this changes no bit of any output.
+struct Seg {
+    int s, u;
+};
+__device__ __forceinline__ Seg seg_of(int u, int per, int n0, int n1) {
+    const int u1 = (n0 + per - 1) / per, u2 = u1 + (n1 + per - 1) / per;
+    return u < u1 ? Seg{0, u} : u < u2 ? Seg{1, u - u1} : Seg{2, u - u2};
+}
+template <typename T>
+__device__ __forceinline__ T pick3(int s, T a, T b, T c) {
+    return s == 0 ? a : s == 1 ? b : c;
+}
+
 template <int TY>
 __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
-                                            float* __restrict__ out, int num_rows, int n_out, int k_in) {
+                                            float* __restrict__ out, int num_rows, int n_out, int k_in, int bx) {
     __shared__ float xs[LIN_ROWS][LIN_KC];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int m = blockIdx.x * LIN_WARPS + warp;
+    const int m = bx * LIN_WARPS + warp;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
     // Warps past the last feature still join the barriers; they read a valid row and write nothing.
@@ -75,11 +92,11 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
-                                                  int k_in) {
+                                                  int k_in, int bx) {
     __shared__ float part[LIN_SPLIT_FEAT][LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
-    const int f0 = blockIdx.x * LIN_SPLIT_FEAT;
+    const int f0 = bx * LIN_SPLIT_FEAT;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
     for (int t = warp; t < LIN_SPLIT_FEAT * num_chunks; t += LIN_WARPS) {
@@ -128,14 +145,24 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
     for (int k = threadIdx.x; k < cols; k += blockDim.x) out[(u64)blockIdx.x * cols + k] = deq<TY>(row, k);
 }
 
+// The linear kernels take up to three weights (`seg_of`): w, out and n_out are weight 0's.
+#define LINEAR_SEGS(PER)                                                                                      \
+    const Seg sg = seg_of(blockIdx.x, PER, n_out, n1);                                                        \
+    const u8* ws = pick3(sg.s, w, w1, w2);                                                                    \
+    float* os = pick3(sg.s, out, out1, out2);                                                                 \
+    const int ns = pick3(sg.s, n_out, n1, n2);
 #define LINEAR_KERNELS(NAME, TY)                                                                              \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
-        linear_##NAME(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { PDL_ENTRY(); \
-        linear_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                         \
+        linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
+                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();  \
+        LINEAR_SEGS(LIN_WARPS)                                                                                \
+        linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32) linear_split_##NAME(                        \
-        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in) { PDL_ENTRY();          \
-        linear_split_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in);                                   \
+        const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();                        \
+        LINEAR_SEGS(LIN_SPLIT_FEAT)                                                                           \
+        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \

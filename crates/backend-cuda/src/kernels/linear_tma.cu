@@ -67,6 +67,31 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int k, i
         : "memory");
 }
 
+// The left fold (((0 + p[0]) + p[s]) + p[2s]) + … of `num_chunks` partials `s` apart, the fold of
+// a split K's chunk partials. The loads go out FOLD_BATCH at a time with the next batch's issued
+// before this batch's adds, so the chain of adds waits on memory about once, not once a load (a
+// split's last block folds a feature tile alone: this wait was its tail).
+#define FOLD_BATCH 16
+__device__ __forceinline__ float fold_column(const float* p, u64 s, int num_chunks) {
+    float cur[FOLD_BATCH], nxt[FOLD_BATCH];
+#pragma unroll
+    for (int u = 0; u < FOLD_BATCH; u++) cur[u] = u < num_chunks ? __ldcg(p + (u64)u * s) : 0.0f;
+    float v = 0.0f;
+    for (int c0 = 0; c0 < num_chunks; c0 += FOLD_BATCH) {
+#pragma unroll
+        for (int u = 0; u < FOLD_BATCH; u++) {
+            const int c = c0 + FOLD_BATCH + u;
+            nxt[u] = c < num_chunks ? __ldcg(p + (u64)c * s) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < FOLD_BATCH; u++)
+            if (c0 + u < num_chunks) v = __fadd_rn(v, cur[u]);
+#pragma unroll
+        for (int u = 0; u < FOLD_BATCH; u++) cur[u] = nxt[u];
+    }
+    return v;
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d[N / 2] = (accumulate ? d : 0) + A * B: one m64nNk16 step.
 template <int N>
@@ -119,9 +144,13 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
 __host__ __device__ constexpr int tma_stages(int n) { return n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5; }
 __host__ __device__ constexpr int tma_stage_bytes(int n) { return TMA_TILE_BYTES + n * 128; }
 
+// Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
+// features, its own tensor map and output, and whole feature tiles of its own; `part` and
+// `counters` index the features and tiles of all of them end to end.
 template <int N>
-__device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap, float* __restrict__ out,
-                                           int num_rows, int n_out, int k_in, int chunks_per_split,
+__device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
+                                           const TmaMap& wmap2, float* out0, float* out1, float* out2,
+                                           int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
                                            float* __restrict__ part, u32* __restrict__ counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int STAGES = tma_stages(N), STAGE = tma_stage_bytes(N), SPC = MMA_KC / WG_KS;
@@ -134,7 +163,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
-    const int tasks = row_tiles * splits * ((n_out + 127) / 128);
+    const int n_all = n0 + n1 + n2;
+    const int tasks = row_tiles * splits * ((n0 + 127) / 128 + (n1 + 127) / 128 + (n2 + 127) / 128);
     const bool split = splits > 1;
     // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
     // chunks of one split, 128 features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
@@ -161,12 +191,14 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
                 int r0, c_lo, c_hi, ft;
                 task(t, r0, c_lo, c_hi, ft);
+                const Seg sg = seg_of(ft, 128, n0, n1);
+                const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
                     const int b = i % STAGES;
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
                     mbar_expect_tx(full, STAGE);
-                    tma_load_2d(dst, &wmap, s * WG_KS, ft * 128, full);
+                    tma_load_2d(dst, wmap, s * WG_KS, sg.u * 128, full);
                     tma_load_2d(dst + TMA_TILE_BYTES, &xmap, s * WG_KS, r0, full);
                 }
             }
@@ -180,7 +212,11 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
         int r0, c_lo, c_hi, ft;
         task(t, r0, c_lo, c_hi, ft);
-        const int f0 = ft * 128;
+        // This tile's weight has n_out features; the thread's first is m0 of them, and m0 + f_all
+        // of the launch's (`part` holds all the weights' features end to end).
+        const Seg sg = seg_of(ft, 128, n0, n1);
+        const int n_out = pick3(sg.s, n0, n1, n2);
+        const int m0 = sg.u * 128 + 64 * wg + 16 * warp + g;
         float d[N / 2], acc[N / 2];
         for (int c = c_lo; c < c_hi; c++) {
 #pragma unroll
@@ -204,8 +240,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             if (split) {
 #pragma unroll
                 for (int e = 0; e < N / 2; e++) {
-                    const int m = f0 + 64 * wg + 16 * warp + g + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
-                    if (m < n_out && n < num_rows) part[((u64)c * num_rows + n) * n_out + m] = d[e];
+                    const int m = m0 + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+                    if (m < n_out && n < num_rows)
+                        part[((u64)c * num_rows + n) * n_all + pick3(sg.s, 0, n0, n0 + n1) + m] = d[e];
                 }
             } else {
 #pragma unroll
@@ -214,10 +251,11 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         }
         // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
         // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the task's N.
+        float* out = pick3(sg.s, out0, out1, out2);
         if (!split) {
 #pragma unroll
             for (int e = 0; e < N / 2; e++) {
-                const int m = f0 + 64 * wg + 16 * warp + g + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+                const int m = m0 + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
                 if (m < n_out && n < num_rows) out[(u64)n * n_out + m] = acc[e];
             }
             continue;
@@ -233,36 +271,39 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         if (!is_last) continue;
         __threadfence();
         for (int j = threadIdx.x; j < num_rows * 128; j += 256) {
-            const int n = j / 128, m = f0 + j % 128;
+            const int n = j / 128, m = sg.u * 128 + j % 128;
             if (m >= n_out) continue;
-            float v = __fadd_rn(0.0f, __ldcg(part + (u64)n * n_out + m));
-#pragma unroll 8
-            for (int c = 1; c < num_chunks; c++) v = __fadd_rn(v, __ldcg(part + ((u64)c * num_rows + n) * n_out + m));
-            out[(u64)n * n_out + m] = v;
+            const int f_all = pick3(sg.s, 0, n0, n0 + n1);
+            out[(u64)n * n_out + m] = fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks);
         }
         if (threadIdx.x == 0) counters[ft] = 0;
     }
 #endif
 }
 
-// The fold of a split K's chunk partials ([chunk][element], `n` elements a chunk) in ascending
-// chunk order, one thread per output element: the left fold the unsplit kernels keep in registers.
-extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* __restrict__ out, u64 n, int num_chunks) {
+// The fold of a split K's chunk partials ([chunk][row][feature], the features of up to three
+// weights end to end as `linear_tma` writes them) in ascending chunk order, one thread per
+// output element: the left fold the unsplit kernels keep in registers.
+extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* out0, float* out1, float* out2,
+                                       int num_rows, int n0, int n1, int n2, int num_chunks) {
     PDL_ENTRY();
-    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float v = __fadd_rn(0.0f, part[i]);
-#pragma unroll 8
-    for (int c = 1; c < num_chunks; c++) v = __fadd_rn(v, part[(u64)c * n + i]);
-    out[i] = v;
+    const u64 n_all = (u64)(n0 + n1 + n2), i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)num_rows * n_all) return;
+    const int row = (int)(i / n_all);
+    const Seg sg = seg_of((int)(i % n_all), 1, n0, n1);
+    pick3(sg.s, out0, out1, out2)[(u64)row * pick3(sg.s, n0, n1, n2) + sg.u] =
+        fold_column(part + i, (u64)num_rows * n_all, num_chunks);
 }
 
 #define LINEAR_TMA(N, BLOCKS)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(288, BLOCKS)                                                      \
-        linear_tma_bf16_n##N(const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap,               \
-                             float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,      \
-                             float* __restrict__ part, u32* __restrict__ counters) { PDL_ENTRY();                                \
-        linear_tma<N>(xmap, wmap, out, num_rows, n_out, k_in, chunks_per_split, part, counters);                   \
+    extern "C" __global__ void __launch_bounds__(288, BLOCKS) linear_tma_bf16_n##N(                                 \
+        const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
+        const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
+        float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
+        u32* __restrict__ counters) {                                                                              \
+        PDL_ENTRY();                                                                                               \
+        linear_tma<N>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in, chunks_per_split,   \
+                      part, counters);                                                                             \
     }
 LINEAR_TMA(8, 2)
 LINEAR_TMA(16, 2)
