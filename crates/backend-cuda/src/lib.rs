@@ -175,6 +175,9 @@ pub struct CudaBackend {
     /// Whether `linear_multi` runs weights of one input together, up to three a launch
     /// (`PLUMB_CUDA_GROUP_LINEAR=0` launches each apart: the same bits, for measuring).
     pub(crate) group_linear: bool,
+    /// Whether RoPE of q and k and the K/V write run as one kernel (`rope_write_kv`;
+    /// `PLUMB_CUDA_FUSE_ROPE_KV=0` launches `rope_qk` and `write_kv` apart: the same bits).
+    pub(crate) fuse_rope_kv: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -288,6 +291,7 @@ impl CudaBackend {
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),
             group_linear: std::env::var("PLUMB_CUDA_GROUP_LINEAR").ok().is_none_or(|v| v != "0"),
+            fuse_rope_kv: std::env::var("PLUMB_CUDA_FUSE_ROPE_KV").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,
@@ -390,9 +394,9 @@ impl CudaBackend {
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
-    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`), for receipts: a figure measured with a
-    /// switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 8] {
+    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`), for receipts: a
+    /// figure measured with a switch off says so.
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 9] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -402,6 +406,7 @@ impl CudaBackend {
             ("programmatic_dependent_launch", launch::pdl()),
             ("fused_add_norm", self.fuse_add),
             ("grouped_linear", self.group_linear),
+            ("fused_rope_kv_write", self.fuse_rope_kv),
         ]
     }
 

@@ -45,6 +45,20 @@ pub(crate) struct Meta {
 }
 
 impl CudaBackend {
+    /// Each row's cache slot on the device (the step's upload when this is the step's batch), and
+    /// for padded rows the pad block's first slot, which no real row reads.
+    fn kv_slots(&self, kv: &CudaKvCache, batch: &ForwardBatch, padded: usize) -> Meta {
+        let num_slots = kv.spec.num_blocks * kv.spec.block_size;
+        assert!(batch.slot_mapping.iter().all(|&s| (s as usize) < num_slots), "write_kv: slot outside the cache");
+        let kv_id = crate::step::kv_id(kv);
+        let step =
+            self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.slots));
+        let pad_slot = kv.pad_block() * kv.spec.block_size as u32;
+        self.step_meta(step, || {
+            batch.slot_mapping.iter().copied().chain(std::iter::repeat(pad_slot)).take(padded).collect()
+        })
+    }
+
     pub(crate) fn step_meta(&self, ptr: Option<u64>, words: impl FnOnce() -> Vec<u32>) -> Meta {
         match ptr {
             Some(ptr) => Meta { ptr, _upload: None },
@@ -282,23 +296,17 @@ impl AttentionOps for CudaBackend {
 
     fn write_kv(&self, kv: &mut CudaKvCache, layer: usize, k: &CudaTensor, v: &CudaTensor, batch: &ForwardBatch) {
         let len = kv.spec.num_kv_heads * kv.spec.head_dim;
-        let rows = batch.num_rows();
-        assert_eq!((k.rows, k.cols, v.rows, v.cols), (rows, len, rows, len), "write_kv: shape mismatch");
+        assert_eq!(
+            (k.rows, k.cols, v.rows, v.cols),
+            (batch.num_rows(), len, batch.num_rows(), len),
+            "write_kv: shape mismatch"
+        );
         assert_eq!(k.padded_rows, v.padded_rows, "write_kv: padded rows differ");
-        let num_slots = kv.spec.num_blocks * kv.spec.block_size;
-        assert!(batch.slot_mapping.iter().all(|&s| (s as usize) < num_slots), "write_kv: slot outside the cache");
         let padded = k.padded_rows;
         if padded == 0 {
             return;
         }
-        let kv_id = crate::step::kv_id(kv);
-        let step =
-            self.with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.slots));
-        // Padded rows write the pad block, which no real row reads.
-        let pad_slot = kv.pad_block() * kv.spec.block_size as u32;
-        let slots = self.step_meta(step, || {
-            batch.slot_mapping.iter().copied().chain(std::iter::repeat(pad_slot)).take(padded).collect()
-        });
+        let slots = self.kv_slots(kv, batch, padded);
         let l = Launch::new(self.kernel(&format!("write_kv_{}", kv.store.name())), grid_1d(padded * len))
             .ptr(k.ptr())
             .ptr(v.ptr())
@@ -307,6 +315,68 @@ impl AttentionOps for CudaBackend {
             .ptr(kv.v_ptrs[layer])
             .i32(padded as i32)
             .i32(len as i32);
+        self.submit(l);
+    }
+
+    fn rope_write_kv(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        v: &CudaTensor,
+        table: &CudaTensor,
+        kv: &mut CudaKvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        (num_heads, num_kv_heads, head_dim): (usize, usize, usize),
+        rotate_half: bool,
+    ) {
+        if !self.fuse_rope_kv {
+            self.rope_qk(q, k, table, num_heads, num_kv_heads, head_dim, rotate_half);
+            self.write_kv(kv, layer, k, v, batch);
+            return;
+        }
+        let len = kv.spec.num_kv_heads * kv.spec.head_dim;
+        assert_eq!(
+            (num_kv_heads * head_dim, kv.spec.head_dim),
+            (len, head_dim),
+            "rope_write_kv: heads differ from the cache's"
+        );
+        assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "rope_write_kv: q's shape mismatch");
+        assert_eq!(
+            (k.rows, k.cols, v.rows, v.cols),
+            (batch.num_rows(), len, batch.num_rows(), len),
+            "rope_write_kv: shape mismatch"
+        );
+        assert_eq!(table.rows, batch.num_rows(), "rope_write_kv: the table's rows differ from the batch's");
+        let padded = table.padded_rows;
+        assert!(
+            [q.padded_rows, k.padded_rows, v.padded_rows].iter().all(|&p| p == padded),
+            "rope_write_kv: padded rows differ"
+        );
+        let half = table.cols / 2;
+        assert!(
+            2 * half <= head_dim && head_dim.is_multiple_of(2),
+            "rope_write_kv: the table rotates more dims than a head has"
+        );
+        if padded == 0 {
+            return;
+        }
+        let slots = self.kv_slots(kv, batch, padded);
+        let n = padded * (num_heads * half + num_kv_heads * head_dim / 2);
+        let l = Launch::new(self.kernel(&format!("rope_write_kv_{}", kv.store.name())), grid_1d(n))
+            .ptr(q.ptr())
+            .ptr(k.ptr())
+            .ptr(v.ptr())
+            .ptr(table.ptr())
+            .ptr(slots.ptr)
+            .ptr(kv.k_ptrs[layer])
+            .ptr(kv.v_ptrs[layer])
+            .i32(padded as i32)
+            .i32(half as i32)
+            .i32(num_heads as i32)
+            .i32(num_kv_heads as i32)
+            .i32(head_dim as i32)
+            .i32(rotate_half as i32);
         self.submit(l);
     }
 

@@ -276,6 +276,65 @@ fn rope_of_q_and_k_in_one_launch_gives_the_bits_of_two() {
 }
 
 #[test]
+fn rope_and_the_kv_write_in_one_launch_give_the_bits_of_the_two_apart() {
+    let Some(b) = device::backend("rope + write_kv") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x0f0f);
+    let (lanes, spec, lens) = lanes_and_spec();
+    let (heads, hd) = (9, spec.head_dim);
+    let width = spec.num_kv_heads * hd;
+    let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+    for (lane, len) in lens.into_iter().enumerate() {
+        for pos in 0..len {
+            batch.push_row(lane, 0, pos);
+        }
+    }
+    let rows = batch.num_rows();
+    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    for store in STORES {
+        b.set_kv_store(store);
+        // A whole rotation and a partial one (24 of 32 pairs: the last 16 dims are stored as they are).
+        for (rot, rotate_half) in [(32, true), (24, false), (24, true)] {
+            let inv_freq: Vec<f64> = (0..rot).map(|i| 1.0 / 10_000f64.powf(2.0 * i as f64 / hd as f64)).collect();
+            let table = b.rope_table(&batch.positions, &inv_freq);
+            let q = activations(&mut rng, rows, heads * hd, Spread::Normal);
+            let (k, v) = (
+                activations(&mut rng, rows, width, Spread::Normal),
+                activations(&mut rng, rows, width, Spread::DynamicRange),
+            );
+            let vt = b.upload(&v, rows, width);
+            let (mut q1, mut k1) = (b.upload(&q, rows, heads * hd), b.upload(&k, rows, width));
+            let mut apart = b.new_kv_cache(&spec);
+            b.rope_qk(&mut q1, &mut k1, &table, heads, spec.num_kv_heads, hd, rotate_half);
+            b.write_kv(&mut apart, 0, &k1, &vt, &batch);
+            let (mut q2, mut k2) = (b.upload(&q, rows, heads * hd), b.upload(&k, rows, width));
+            let mut together = b.new_kv_cache(&spec);
+            b.rope_write_kv(
+                &mut q2,
+                &mut k2,
+                &vt,
+                &table,
+                &mut together,
+                0,
+                &batch,
+                (heads, spec.num_kv_heads, hd),
+                rotate_half,
+            );
+            let what = format!("{} KV, {rot} pairs, rotate_half {rotate_half}", store.name());
+            assert_eq!(bits(&q2), bits(&q1), "{what}: q differs");
+            assert_eq!(bits(&k2), bits(&k1), "{what}: k differs");
+            // Every row attends over every position its lane wrote: the caches read back the same.
+            let (mut a, mut c) = (b.tensor(rows, heads * hd), b.tensor(rows, heads * hd));
+            b.attention(&q1, &apart, 0, &batch, heads, 0.125, &mut a);
+            b.attention(&q1, &together, 0, &batch, heads, 0.125, &mut c);
+            let (a, c) = (b.download(&a), b.download(&c));
+            assert!(a.iter().all(|x| x.is_finite()), "{what}: non-finite attention");
+            assert!(a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: the caches differ");
+        }
+    }
+    eprintln!("rope_write_kv: the bits of rope_qk then write_kv, every store and layout");
+}
+
+#[test]
 fn row_wise_ops_are_batch_invariant() {
     let Some(b) = device::backend("row-wise ops") else { return };
     let mut rng = Rng::new(device::seed());

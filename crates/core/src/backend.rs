@@ -374,6 +374,27 @@ pub trait AttentionOps: Backend {
     }
     /// Stores each row's K and V ([num_rows, num_kv_heads · head_dim]) at its slot of `layer`.
     fn write_kv(&self, kv: &mut Self::KvCache, layer: usize, k: &Self::Tensor, v: &Self::Tensor, batch: &ForwardBatch);
+    /// `rope_qk` of q and k (rotated in place), then `write_kv` of the rotated k and v: one launch
+    /// on a backend that fuses them, with the bits of the two apart.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_write_kv(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &Self::Tensor,
+        table: &Self::Tensor,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        heads: (usize, usize, usize),
+        rotate_half: bool,
+    ) where
+        Self: RopeOps,
+    {
+        let (num_heads, num_kv_heads, head_dim) = heads;
+        self.rope_qk(q, k, table, num_heads, num_kv_heads, head_dim, rotate_half);
+        self.write_kv(kv, layer, k, v, batch);
+    }
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
     /// q: [num_rows, num_heads · head_dim] → out: same shape. `scale` multiplies the scores; it is
     /// float64 so the reference uses the exact value (a float32 backend rounds it once).

@@ -276,10 +276,60 @@ ATTENTION_KERNELS(192)
 ATTENTION_KERNELS(224)
 ATTENTION_KERNELS(256)
 
+// `rope_qk` (elementwise.cu) of q and k, then `write_kv` of the rotated k and v, in one launch:
+// threads below q's pair count rotate a pair of q; the rest take a pair of dims (a, b) of one k
+// head — a rotated pair (the layout's, with rope_qk's arithmetic) or two of the dims past the
+// rotated ones, left as they are — write the rotated k back (as rope_qk would) and store k's
+// and v's elements a and b at the row's slot (as write_kv would). The bits of the three
+// launches apart. head_dim is even.
+template <int ST>
+__device__ __forceinline__ void rope_write_kv_body(float* __restrict__ q, float* __restrict__ k,
+                                                   const float* __restrict__ v, const float* __restrict__ table,
+                                                   const u32* __restrict__ slots, u8* __restrict__ k_cache,
+                                                   u8* __restrict__ v_cache, int num_rows, int half, int q_heads,
+                                                   int k_heads, int head_dim, int rotate_half) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 nq = (u64)num_rows * q_heads * half, pairs = head_dim / 2;
+    if (t >= nq + (u64)num_rows * k_heads * pairs) return;
+    const bool is_q = t < nq;
+    if (!is_q) t -= nq;
+    const u64 per_head = is_q ? half : pairs;
+    const int heads = is_q ? q_heads : k_heads;
+    const int p = (int)(t % per_head), head = (int)((t / per_head) % heads), row = (int)(t / (per_head * heads));
+    float* h = (is_q ? q : k) + (u64)row * heads * head_dim + (u64)head * head_dim;
+    const int a = p < half && rotate_half ? p : 2 * p, b = p < half && rotate_half ? p + half : 2 * p + 1;
+    if (p < half) {
+        const float c = table[(u64)row * 2 * half + p], s = table[(u64)row * 2 * half + half + p];
+        const float x0 = h[a], x1 = h[b];
+        if (rotate_half) {
+            h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            h[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        } else {
+            h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            h[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        }
+    }
+    if (is_q) return;
+    const u64 len = (u64)k_heads * head_dim, j = (u64)head * head_dim;
+    const u64 at = (u64)slots[row] * len + j, from = (u64)row * len + j;
+    Kv<ST>::store(k_cache + (at + a) * Kv<ST>::BYTES, h[a]);
+    Kv<ST>::store(k_cache + (at + b) * Kv<ST>::BYTES, h[b]);
+    Kv<ST>::store(v_cache + (at + a) * Kv<ST>::BYTES, v[from + a]);
+    Kv<ST>::store(v_cache + (at + b) * Kv<ST>::BYTES, v[from + b]);
+}
+
 #define WRITE_KV_KERNEL(NAME, ST)                                                                          \
     extern "C" __global__ void write_kv_##NAME(const float* k, const float* v, const u32* slots, u8* k_cache, \
                                                u8* v_cache, int num_rows, int len) { PDL_ENTRY();                       \
         write_kv_body<ST>(k, v, slots, k_cache, v_cache, num_rows, len);                                    \
+    }                                                                                                     \
+    extern "C" __global__ void rope_write_kv_##NAME(float* q, float* k, const float* v, const float* table,   \
+                                                    const u32* slots, u8* k_cache, u8* v_cache, int num_rows, \
+                                                    int half, int q_heads, int k_heads, int head_dim,         \
+                                                    int rotate_half) {                                        \
+        PDL_ENTRY();                                                                                      \
+        rope_write_kv_body<ST>(q, k, v, table, slots, k_cache, v_cache, num_rows, half, q_heads, k_heads,  \
+                               head_dim, rotate_half);                                                    \
     }
 WRITE_KV_KERNEL(f32, KV_F32)
 WRITE_KV_KERNEL(f16, KV_F16)

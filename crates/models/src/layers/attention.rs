@@ -94,12 +94,12 @@ impl<B: FullBackend> Attention<B> {
                 t("k_norm", Some(layer), &k);
             }
         }
-        b.rope_qk(&mut q, &mut k, rope, h, kvh, d, self.rope_layout == RopeLayout::RotateHalf);
+        let rotate_half = self.rope_layout == RopeLayout::RotateHalf;
+        b.rope_write_kv(&mut q, &mut k, &v, rope, kv, layer, batch, (h, kvh, d), rotate_half);
         if let Some(t) = trace {
             t("q_rope", Some(layer), &q);
             t("k_rope", Some(layer), &k);
         }
-        b.write_kv(kv, layer, &k, &v, batch);
         let mut attn = b.tensor(n, h * d);
         // The scale rounded to float32 first, as these families have always computed it.
         let scale = (1.0 / (d as f32).sqrt()) as f64;
