@@ -22,9 +22,10 @@ pub(crate) fn pdl() -> bool {
     PDL.load(Ordering::Relaxed)
 }
 
-/// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill.
+/// The most arguments any kernel of `kernels/*.cu` takes, and the 8-byte slots they fill (the
+/// TMA `linear` takes four tensor maps of 16 slots each: 75 slots).
 const MAX_ARGS: usize = 16;
-const MAX_SLOTS: usize = 40;
+const MAX_SLOTS: usize = 80;
 
 /// One kernel launch. Each argument starts an 8-byte slot; the driver reads as many bytes as the
 /// parameter's type has (4 for `int`/`float`, 8 for pointers and `u64`, 128 for a tensor map,
@@ -149,10 +150,16 @@ impl Launch {
 
 #[cfg(test)]
 mod tests {
-    use super::MAX_ARGS;
+    use super::{MAX_ARGS, MAX_SLOTS};
 
     /// The parameter counts of every `__global__` function in `src`, macro bodies included.
     fn parameter_counts(src: &str) -> Vec<(String, usize)> {
+        parameter_slots(src).into_iter().map(|(name, n, _)| (name, n)).collect()
+    }
+
+    /// Every `__global__` function in `src` with its parameter count and the 8-byte slots its
+    /// arguments fill in a `Launch` (a `TmaMap` fills 16, anything else one).
+    fn parameter_slots(src: &str) -> Vec<(String, usize, usize)> {
         let src = src.replace("\\\n", " ");
         let mut out = Vec::new();
         for part in src.split("__global__").skip(1) {
@@ -178,18 +185,21 @@ mod tests {
                 }
             }
             let params = &rest[open + 1..open + close.expect("the parameter list closes")];
-            out.push((name, if params.trim().is_empty() { 0 } else { commas + 1 }));
+            let n = if params.trim().is_empty() { 0 } else { commas + 1 };
+            out.push((name, n, n + 15 * params.matches("TmaMap").count()));
         }
         out
     }
 
     #[test]
     fn every_kernel_fits_a_launchs_argument_slots() {
-        let counts: Vec<_> = crate::compile::SOURCE.iter().flat_map(|s| parameter_counts(s)).collect();
+        let counts: Vec<_> = crate::compile::SOURCE.iter().flat_map(|s| parameter_slots(s)).collect();
         assert!(counts.len() >= 20, "found only {} kernels: the scan is broken", counts.len());
-        for (name, n) in &counts {
+        for (name, n, slots) in &counts {
             assert!(*n <= MAX_ARGS, "kernel {name} takes {n} arguments, a Launch holds {MAX_ARGS}");
+            assert!(*slots <= MAX_SLOTS, "kernel {name}'s arguments fill {slots} slots, a Launch holds {MAX_SLOTS}");
         }
+        assert!(counts.iter().any(|(_, _, slots)| *slots > 64), "the TMA kernels' maps were not counted");
     }
 
     /// Whether `name` is what the kernel `scanned` defines: the same name, or, for a kernel a
@@ -230,5 +240,7 @@ mod tests {
         let src = "extern \"C\" __global__ void __launch_bounds__(128) k_##HD(const float* a, \\\n int b, \
                    float c) {}\n__global__ void plain() {}";
         assert_eq!(parameter_counts(src), [("k_##HD".to_string(), 3), ("plain".to_string(), 0)]);
+        let maps = "__global__ void t(const __grid_constant__ TmaMap a, const __grid_constant__ TmaMap b, int c) {}";
+        assert_eq!(parameter_slots(maps), [("t".to_string(), 3, 33)]);
     }
 }
