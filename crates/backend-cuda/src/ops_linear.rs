@@ -21,6 +21,8 @@ const LIN_ROWS: usize = 16;
 const LIN_SPLIT_FEAT: usize = 4;
 const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
+/// The most warps of a `linear_split` block (`LIN_SPLIT_MAX_WARPS`, its launch bounds).
+const LIN_SPLIT_MAX_WARPS: usize = 24;
 /// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
 /// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
@@ -149,9 +151,15 @@ impl CudaBackend {
         let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
         let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
         let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(features)).sum();
+        // The split kernel: a warp per (feature, chunk) task, up to its most.
+        let warps = if split {
+            (LIN_SPLIT_FEAT * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS)
+        } else {
+            LIN_WARPS
+        };
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
-            block_dim: (LIN_WARPS as u32 * 32, 1, 1),
+            block_dim: (warps as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
         let at = |i: usize| {

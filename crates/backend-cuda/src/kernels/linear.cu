@@ -85,9 +85,12 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
 // `linear_body` does (the same eight fmafs per lane, zeros past K included, the same butterfly),
 // into shared memory; then one thread per (feature, row) folds the partials in ascending chunk
 // order. Same partials, same fold: bit-identical to `linear_body`, with K/256 times the warps in
-// flight (a decode step's projections have too few features to fill the GPU otherwise).
+// flight (a decode step's projections have too few features to fill the GPU otherwise). A block
+// has a warp per task up to LIN_SPLIT_MAX_WARPS (the launch sizes it), so each warp's weight
+// loads go out once rather than in rounds.
 #define LIN_SPLIT_FEAT 4
 #define LIN_SPLIT_MAX_CHUNKS 64
+#define LIN_SPLIT_MAX_WARPS 24
 
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
@@ -99,7 +102,7 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     const int f0 = bx * LIN_SPLIT_FEAT;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
-    for (int t = warp; t < LIN_SPLIT_FEAT * num_chunks; t += LIN_WARPS) {
+    for (int t = warp; t < LIN_SPLIT_FEAT * num_chunks; t += blockDim.x / 32) {
         const int f = t / num_chunks, c = t % num_chunks;
         const int m = min(f0 + f, n_out - 1);
         const int c0 = c * LIN_KC;
@@ -158,7 +161,7 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32) linear_split_##NAME(                        \
+    extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();                        \
         LINEAR_SEGS(LIN_SPLIT_FEAT)                                                                           \
