@@ -77,6 +77,18 @@ pub(crate) fn decode_split(tiles: usize, num_chunks: usize, slots: usize, rows: 
     best.1
 }
 
+/// Whether the TMA `linear` keeps whole K per block at `rows` rows over `num_chunks` chunks,
+/// whatever `decode_split` models: from 64 rows on, and from 32 rows for K of up to 16 chunks
+/// (4,096). Measured on the H200 at the 8B's shapes, every split against none
+/// (receipts/gemm-cuda-llama8b-split-sweep.txt): a split's partials are written, read back and
+/// folded per row, which the model's traffic term undercounts — at 64 rows q|k|v took 28.0 µs
+/// whole and 41.5 split, o 23.1 and 26.7, down 76.2 and 78.6; at 32 rows q|k|v 24.0 and 28.1 (o
+/// 19.4 and 19.0), while down (56 chunks) still gained from its split at 32 rows (57.7 against
+/// 63.2) and every shape at 8 and 16 rows. The same bits either way.
+pub(crate) fn keeps_whole_k(rows: usize, num_chunks: usize) -> bool {
+    rows >= 64 || (rows >= 32 && num_chunks <= 16)
+}
+
 /// A bf16 matrix's bytes k-permuted as the tensor-core kernels read them (kernels/linear_mma.cu,
 /// `kperm`): in each group of 32 elements, word j = 4t + c moves to word 4c + t. Rows are whole
 /// groups (`linear_inputs` admits K multiples of 32 only).
@@ -258,6 +270,7 @@ impl CudaBackend {
         let per_split = if n <= 64 {
             match self.tma.splits {
                 Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
+                None if keeps_whole_k(rows, num_chunks) => num_chunks,
                 None => decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill),
             }
         } else {
@@ -418,6 +431,23 @@ mod tests {
             }
         }
         assert_eq!(kperm_bytes(&stored), bytes, "the permutation is its own inverse");
+    }
+
+    #[test]
+    fn many_rows_keep_whole_k_as_measured() {
+        use super::keeps_whole_k;
+        // The 8B's q|k|v, o, gate|up (16 chunks) and down (56) at the row counts measured.
+        for (rows, chunks, whole) in [
+            (64, 16, true),
+            (64, 56, true),
+            (32, 16, true),
+            (32, 56, false),
+            (16, 16, false),
+            (8, 56, false),
+            (1, 16, false),
+        ] {
+            assert_eq!(keeps_whole_k(rows, chunks), whole, "{rows} rows, {chunks} chunks");
+        }
     }
 
     #[test]
