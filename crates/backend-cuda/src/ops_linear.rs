@@ -300,38 +300,18 @@ impl CudaBackend {
         };
         let (m1, o1, n1) = seg(1);
         let (m2, o2, n2) = seg(2);
-        let out0 = outs[0].ptr();
+        // Both kernels take the outputs, then the rows and each weight's features.
+        let outputs = |l: Launch| {
+            l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
+        };
+        let l =
+            Launch::new(self.kernel(&name), cfg).tensor_map(&xmap).tensor_map(&wmaps[0]).tensor_map(m1).tensor_map(m2);
         self.submit(
-            Launch::new(self.kernel(&name), cfg)
-                .tensor_map(&xmap)
-                .tensor_map(&wmaps[0])
-                .tensor_map(m1)
-                .tensor_map(m2)
-                .ptr(out0)
-                .ptr(o1)
-                .ptr(o2)
-                .i32(rows as i32)
-                .i32(ws[0].rows as i32)
-                .i32(n1 as i32)
-                .i32(n2 as i32)
-                .i32(cols as i32)
-                .i32(per_split as i32)
-                .ptr(part.as_ref().map_or(0, |p| p.ptr))
-                .ptr(counters),
+            outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters),
         );
         if let Some(part) = part.filter(|_| fold_apart) {
-            self.submit(
-                Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features))
-                    .ptr(part.ptr)
-                    .ptr(out0)
-                    .ptr(o1)
-                    .ptr(o2)
-                    .i32(rows as i32)
-                    .i32(ws[0].rows as i32)
-                    .i32(n1 as i32)
-                    .i32(n2 as i32)
-                    .i32(num_chunks as i32),
-            );
+            let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
+            self.submit(outputs(l).i32(num_chunks as i32));
         }
     }
 }
