@@ -44,6 +44,30 @@ pub(crate) struct Meta {
     _upload: Option<DeviceBuf>,
 }
 
+/// The checks `rope_qk` and `rope_write_kv` share — q and k of the table's rows, heads of
+/// `heads` = (q heads, kv heads, head size), the same padding, a table no wider than a head —
+/// and the pairs the table rotates per head.
+fn rope_qk_half(op: &str, q: &CudaTensor, k: &CudaTensor, table: &CudaTensor, heads: (usize, usize, usize)) -> usize {
+    let (num_heads, num_kv_heads, head_dim) = heads;
+    assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "{op}: q's shape mismatch");
+    assert_eq!((k.rows, k.cols), (table.rows, num_kv_heads * head_dim), "{op}: k's shape mismatch");
+    assert!(q.padded_rows == table.padded_rows && k.padded_rows == table.padded_rows, "{op}: padded rows differ");
+    let half = table.cols / 2;
+    assert!(2 * half <= head_dim, "{op}: the table rotates more dims than a head has");
+    half
+}
+
+/// The arguments `rope_qk` and `rope_write_kv` (kernels) both end with, in their order.
+fn rope_qk_args(l: Launch, rows: usize, half: usize, heads: (usize, usize, usize), rotate_half: bool) -> Launch {
+    let (num_heads, num_kv_heads, head_dim) = heads;
+    l.i32(rows as i32)
+        .i32(half as i32)
+        .i32(num_heads as i32)
+        .i32(num_kv_heads as i32)
+        .i32(head_dim as i32)
+        .i32(rotate_half as i32)
+}
+
 impl CudaBackend {
     /// Each row's cache slot on the device (the step's upload when this is the step's batch), and
     /// for padded rows the pad block's first slot, which no real row reads.
@@ -255,29 +279,13 @@ impl RopeOps for CudaBackend {
         head_dim: usize,
         rotate_half: bool,
     ) {
-        assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "rope_qk: q's shape mismatch");
-        assert_eq!((k.rows, k.cols), (table.rows, num_kv_heads * head_dim), "rope_qk: k's shape mismatch");
-        assert!(
-            q.padded_rows == table.padded_rows && k.padded_rows == table.padded_rows,
-            "rope_qk: padded rows differ"
-        );
-        let half = table.cols / 2;
-        assert!(2 * half <= head_dim, "rope_qk: the table rotates more dims than a head has");
+        let half = rope_qk_half("rope_qk", q, k, table, (num_heads, num_kv_heads, head_dim));
         let n = table.padded_rows * (num_heads + num_kv_heads) * half;
         if n == 0 {
             return;
         }
-        let l = Launch::new(self.kernel("rope_qk"), grid_1d(n))
-            .ptr(q.ptr())
-            .ptr(k.ptr())
-            .ptr(table.ptr())
-            .i32(table.padded_rows as i32)
-            .i32(half as i32)
-            .i32(num_heads as i32)
-            .i32(num_kv_heads as i32)
-            .i32(head_dim as i32)
-            .i32(rotate_half as i32);
-        self.submit(l);
+        let l = Launch::new(self.kernel("rope_qk"), grid_1d(n)).ptr(q.ptr()).ptr(k.ptr()).ptr(table.ptr());
+        self.submit(rope_qk_args(l, table.padded_rows, half, (num_heads, num_kv_heads, head_dim), rotate_half));
     }
 }
 
@@ -341,23 +349,15 @@ impl AttentionOps for CudaBackend {
             (len, head_dim),
             "rope_write_kv: heads differ from the cache's"
         );
-        assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "rope_write_kv: q's shape mismatch");
+        let heads = (num_heads, num_kv_heads, head_dim);
+        let half = rope_qk_half("rope_write_kv", q, k, table, heads);
         assert_eq!(
-            (k.rows, k.cols, v.rows, v.cols),
-            (batch.num_rows(), len, batch.num_rows(), len),
-            "rope_write_kv: shape mismatch"
+            (v.rows, v.cols, v.padded_rows, table.rows),
+            (batch.num_rows(), len, table.padded_rows, batch.num_rows()),
+            "rope_write_kv: v's or the batch's shape mismatch"
         );
-        assert_eq!(table.rows, batch.num_rows(), "rope_write_kv: the table's rows differ from the batch's");
+        assert!(head_dim.is_multiple_of(2), "rope_write_kv: an odd head size");
         let padded = table.padded_rows;
-        assert!(
-            [q.padded_rows, k.padded_rows, v.padded_rows].iter().all(|&p| p == padded),
-            "rope_write_kv: padded rows differ"
-        );
-        let half = table.cols / 2;
-        assert!(
-            2 * half <= head_dim && head_dim.is_multiple_of(2),
-            "rope_write_kv: the table rotates more dims than a head has"
-        );
         if padded == 0 {
             return;
         }
@@ -370,14 +370,8 @@ impl AttentionOps for CudaBackend {
             .ptr(table.ptr())
             .ptr(slots.ptr)
             .ptr(kv.k_ptrs[layer])
-            .ptr(kv.v_ptrs[layer])
-            .i32(padded as i32)
-            .i32(half as i32)
-            .i32(num_heads as i32)
-            .i32(num_kv_heads as i32)
-            .i32(head_dim as i32)
-            .i32(rotate_half as i32);
-        self.submit(l);
+            .ptr(kv.v_ptrs[layer]);
+        self.submit(rope_qk_args(l, padded, half, heads, rotate_half));
     }
 
     fn attention(

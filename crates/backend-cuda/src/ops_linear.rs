@@ -135,15 +135,19 @@ impl CudaBackend {
             assert_eq!((x.cols, out.rows, out.cols), (w.cols, x.rows, w.rows), "linear `{}`: shape mismatch", w.name);
             assert_eq!(x.padded_rows, out.padded_rows, "linear `{}`: padded rows differ", w.name);
             assert!((w.ty, w.mma) == (ws[0].ty, ws[0].mma), "linear `{}`: grouped with another type", w.name);
-            self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        if x.padded_rows == 0 || ws.iter().any(|w| w.rows == 0) {
-            for (w, out) in ws.iter().zip(outs.iter_mut()) {
-                if w.rows > 0 && x.padded_rows > 0 {
-                    self.linear_group(x, &[w], &mut [&mut **out], rounded);
-                }
+        if x.padded_rows == 0 {
+            return;
+        }
+        if ws.iter().any(|w| w.rows == 0) {
+            // A weight without features has nothing to launch; the others run alone.
+            for (w, out) in ws.iter().zip(outs.iter_mut()).filter(|(w, _)| w.rows > 0) {
+                self.linear_group(x, &[w], &mut [&mut **out], rounded);
             }
             return;
+        }
+        for w in ws {
+            self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
         }
         if ws[0].mma && self.tma.enabled {
             self.linear_tma(x, ws, outs, rounded);
