@@ -434,11 +434,14 @@ impl AttentionOps for CudaBackend {
         // Decode rows (a block each) on the tensor cores split their context over blocks, one per
         // ATM_SPLIT positions, and `attention_merge` folds the splits in order: a free choice, the
         // walk folds them with the same arithmetic. The split count is a power of two, so a
-        // decode step's graph changes only when the longest context doubles.
-        let splits = (mma && rows_per_block == 1 && self.attention_split_kv).then(|| {
-            let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-            longest.div_ceil(ATM_SPLIT).next_power_of_two()
-        });
+        // decode step's graph changes only when the longest context doubles; contexts of one
+        // split need no merge and take the walk (one launch less per layer).
+        let splits = (mma && rows_per_block == 1 && self.attention_split_kv)
+            .then(|| {
+                let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+                longest.div_ceil(ATM_SPLIT).next_power_of_two()
+            })
+            .filter(|&s| s > 1);
         let part = splits.map(|s| self.alloc(padded * num_heads * s * (spec.head_dim + 2) * 4));
         let cfg = LaunchConfig {
             grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
