@@ -26,9 +26,11 @@ mod step;
 mod step_state;
 mod tma;
 mod transfer;
+mod weight;
 
 pub use graph::GraphStats;
 pub use kv::CudaKvCache;
+pub use weight::CudaWeight;
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
@@ -93,38 +95,6 @@ impl Shape for CudaTensor {
     }
 }
 
-/// A weight on the device in its checkpoint format; vectors (norm weights, biases) are also kept
-/// dequantized to f32.
-#[derive(Debug)]
-pub struct CudaWeight {
-    pub name: String,
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
-    pub(crate) row_bytes: usize,
-    /// Device addresses of `_bytes` and `_dense`.
-    pub(crate) ptr: u64,
-    pub(crate) dense_ptr: Option<u64>,
-    /// This weight's `linear` kernels for many and for few rows, and its `embed` (looked up once,
-    /// not per op).
-    pub(crate) kernels: [CudaFunction; 3],
-    /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`, `linear_tma.cu`: bf16
-    /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
-    /// [`CudaBackend::linear_inputs`]).
-    pub(crate) mma: bool,
-    _bytes: CudaSlice<u8>,
-    _dense: Option<CudaSlice<f32>>,
-}
-
-impl Shape for CudaWeight {
-    fn rows(&self) -> usize {
-        self.rows
-    }
-    fn cols(&self) -> usize {
-        self.cols
-    }
-}
-
 /// The CUDA backend on one device.
 #[derive(Debug)]
 pub struct CudaBackend {
@@ -180,6 +150,11 @@ pub struct CudaBackend {
     pub(crate) fuse_rope_kv: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
+    /// CUDA-core `linear` at up to 8 rows over at least this many features (a weight group's
+    /// together) runs on `linear_wide`, and its grid (SMs × 8 blocks): `ops_linear::WIDE_MIN_FEATURES`,
+    /// or `PLUMB_CUDA_WIDE_LINEAR=N` (0: never), for measuring. The same bits either way.
+    pub(crate) wide_min_features: usize,
+    pub(crate) wide_grid: usize,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
@@ -260,6 +235,22 @@ impl CudaBackend {
             Err(_) => ops_linear::DECODE_WIDE_GROUPS,
         };
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
+        let wide_min_features = match std::env::var("PLUMB_CUDA_WIDE_LINEAR") {
+            Ok(v) => match v.parse::<usize>() {
+                Ok(0) => usize::MAX,
+                Ok(n) => n,
+                Err(_) => {
+                    return Err(CudaError::BadSetting {
+                        name: "PLUMB_CUDA_WIDE_LINEAR",
+                        value: v,
+                        expected: "a number of features (0: never)",
+                    });
+                }
+            },
+            Err(_) => ops_linear::WIDE_MIN_FEATURES,
+        };
+        use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
+        let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
@@ -272,7 +263,11 @@ impl CudaBackend {
         let graphs_enabled = std::env::var("PLUMB_CUDA_GRAPHS").ok().is_none_or(|v| v != "0") && profiler.is_none();
         Ok(CudaBackend {
             pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
-            state: Mutex::new(step_state::State { profile: profiler, ..Default::default() }),
+            state: Mutex::new(step_state::State {
+                profile: profiler,
+                step_times: profile::StepTimer::from_env(),
+                ..Default::default()
+            }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
             bytes_read: AtomicU64::new(0),
@@ -281,6 +276,8 @@ impl CudaBackend {
             decode_wide_groups,
             decode_fill: decode_fill.unwrap_or(ops_linear::DECODE_FILL),
             tma,
+            wide_min_features,
+            wide_grid: sms * 8,
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
                 .map_err(driver("allocating the decode counters"))?,
@@ -453,6 +450,9 @@ impl Drop for CudaBackend {
             if let Some(p) = st.profile.as_mut() {
                 eprint!("{}", p.report(&self.kernels));
             }
+            if let Some(t) = st.step_times.as_mut() {
+                eprint!("{}", t.report());
+            }
         }
     }
 }
@@ -496,59 +496,7 @@ impl Backend for CudaBackend {
     }
 
     fn load_weight(&self, src: WeightSource) -> Result<CudaWeight, BackendError> {
-        if !self.supports(src.ty) {
-            return Err(BackendError::UnsupportedType { backend: self.name(), ty: src.ty, name: src.name });
-        }
-        let bad = |why: String| BackendError::BadWeight { name: src.name.clone(), why };
-        let row_bytes =
-            src.ty
-                .bytes_for(src.cols as u64)
-                .ok_or_else(|| bad(format!("{} columns do not fill whole blocks", src.cols)))? as usize;
-        if row_bytes * src.rows != src.bytes.len() {
-            return Err(bad(format!("{} bytes for {} × {} {}", src.bytes.len(), src.rows, src.cols, src.ty)));
-        }
-        let oom = |e: DriverError| BackendError::OutOfMemory {
-            backend: self.name(),
-            what: format!("weight `{}`", src.name),
-            mib: src.bytes.len() as f64 / (1u64 << 20) as f64,
-            why: e.to_string(),
-        };
-        let dense = if src.rows == 1 {
-            let mut v = vec![0f32; src.cols];
-            plumb_core::quant::dequantize(src.ty, &src.bytes, &mut v).map_err(|e| bad(e.to_string()))?;
-            Some(self.stream.clone_htod(&v).map_err(oom)?)
-        } else {
-            None
-        };
-        let mma = self.linear_inputs(src.ty, src.cols) == LinearInputs::Bf16;
-        if mma && self.norm_round {
-            self.mma_weights.store(true, Ordering::Relaxed);
-        }
-        // The tensor-core kernels read their weights k-permuted (kernels/linear_mma.cu).
-        let permuted = mma.then(|| ops_linear::kperm_bytes(&src.bytes));
-        let host: &[u8] = permuted.as_deref().unwrap_or(&src.bytes);
-        let bytes = self.stream.clone_htod(if host.is_empty() { &[0u8][..] } else { host }).map_err(oom)?;
-        let ptr = bytes.device_ptr(&self.stream).0;
-        let suffix = type_suffix(src.ty).expect("checked by supports");
-        let kernels = if mma {
-            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm"].map(|k| self.kernel(k).clone())
-        } else {
-            ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
-        };
-        let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
-        Ok(CudaWeight {
-            name: src.name,
-            ty: src.ty,
-            rows: src.rows,
-            cols: src.cols,
-            row_bytes,
-            ptr,
-            dense_ptr,
-            kernels,
-            mma,
-            _bytes: bytes,
-            _dense: dense,
-        })
+        self.load_weight_on(src)
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> CudaTensor {

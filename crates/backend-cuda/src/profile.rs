@@ -77,3 +77,89 @@ impl Profiler {
         out
     }
 }
+
+/// Where a recorded step's time goes (`PLUMB_CUDA_STEP_TIMES=1`; graphs stay on): per row
+/// bucket, the wall time from one step's start to the next, the host time spent recording the
+/// step's launches (from `begin_step` to its submission), the host time of the submission itself
+/// (a graph launch, a capture or the launches one by one), and the GPU time of the submitted work
+/// (two events around it). Wall minus GPU is what the host adds; printed when the backend drops.
+#[derive(Debug, Default)]
+pub struct StepTimer {
+    /// The current step's start and bucket, and when its recording was submitted.
+    started: Option<(std::time::Instant, usize)>,
+    pending: Vec<(usize, f64, f64, CudaEvent, CudaEvent)>,
+    /// Per bucket: steps, then sums of wall, record, submit and GPU microseconds, and the number
+    /// of steps that have a wall time (all but a run's last).
+    totals: std::collections::BTreeMap<usize, [f64; 6]>,
+}
+
+impl StepTimer {
+    pub fn from_env() -> Option<StepTimer> {
+        std::env::var("PLUMB_CUDA_STEP_TIMES").is_ok_and(|v| v == "1").then(StepTimer::default)
+    }
+
+    /// A step starts (`bucket`: its rows if it is recorded); the previous one's wall time ends here.
+    pub fn begin(&mut self, bucket: Option<usize>) {
+        let now = std::time::Instant::now();
+        if let Some((t, b)) = std::mem::replace(&mut self.started, bucket.map(|b| (now, b))) {
+            let e = self.totals.entry(b).or_default();
+            e[1] += (now - t).as_secs_f64() * 1e6;
+            e[5] += 1.0;
+        }
+    }
+
+    /// Runs `submit` (the recorded step's submission) between two events on `stream`.
+    pub fn submit(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        submit: impl FnOnce() -> Result<(), cudarc::driver::DriverError>,
+    ) -> Result<(), cudarc::driver::DriverError> {
+        let Some((t0, bucket)) = self.started else { return submit() };
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (start, end) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
+        let t1 = std::time::Instant::now();
+        start.record(stream)?;
+        submit()?;
+        end.record(stream)?;
+        let t2 = std::time::Instant::now();
+        self.pending.push((bucket, (t1 - t0).as_secs_f64() * 1e6, (t2 - t1).as_secs_f64() * 1e6, start, end));
+        if self.pending.len() >= PENDING {
+            self.resolve()?;
+        }
+        Ok(())
+    }
+
+    fn resolve(&mut self) -> Result<(), cudarc::driver::DriverError> {
+        for (bucket, record, submit, start, end) in self.pending.drain(..) {
+            end.synchronize()?;
+            let e = self.totals.entry(bucket).or_default();
+            e[0] += 1.0;
+            e[2] += record;
+            e[3] += submit;
+            e[4] += f64::from(start.elapsed_ms(&end)?) * 1e3;
+        }
+        Ok(())
+    }
+
+    /// The table of buckets: mean microseconds per step.
+    pub fn report(&mut self) -> String {
+        if let Err(e) = self.resolve() {
+            return format!("CUDA step times unavailable: {e}\n");
+        }
+        let mut out = String::from("CUDA step times (PLUMB_CUDA_STEP_TIMES=1), mean us per recorded step\n");
+        out += &format!("{:>6} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "rows", "steps", "wall", "record", "submit", "gpu");
+        for (bucket, t) in &self.totals {
+            let n = t[0].max(1.0);
+            out += &format!(
+                "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1}\n",
+                t[0],
+                t[1] / t[5].max(1.0),
+                t[2] / n,
+                t[3] / n,
+                t[4] / n
+            );
+        }
+        out
+    }
+}

@@ -22,6 +22,8 @@ pub struct State {
     pub graphs: Graphs,
     /// Per-kernel GPU time under `PLUMB_CUDA_PROFILE=1` (`profile`).
     pub profile: Option<crate::profile::Profiler>,
+    /// Host and GPU time per recorded step under `PLUMB_CUDA_STEP_TIMES=1` (`profile`).
+    pub step_times: Option<crate::profile::StepTimer>,
     /// The bf16 copy `rms_norm` wrote of its output with it, while no launch has followed.
     pub rounded: Option<Rounded>,
 }
@@ -106,7 +108,12 @@ impl CudaBackend {
         let Some(key) = st.step.as_mut().and_then(|s| s.recording.take()) else { return };
         let ops = std::mem::take(&mut st.recorded);
         self.ctx.bind_to_thread().expect("CUDA context");
-        st.graphs.submit(key, ops, &self.stream).unwrap_or_else(|e| panic!("CUDA step submission failed: {e}"));
+        let (graphs, timer) = (&mut st.graphs, &mut st.step_times);
+        let submitted = match timer {
+            Some(t) => t.submit(&self.ctx, &self.stream, || graphs.submit(key, ops, &self.stream)),
+            None => graphs.submit(key, ops, &self.stream),
+        };
+        submitted.unwrap_or_else(|e| panic!("CUDA step submission failed: {e}"));
         if let Some(ev) = &st.staging.copies_done {
             ev.record(&self.stream).expect("CUDA event record");
         }
@@ -122,6 +129,9 @@ impl CudaBackend {
         let bucket = if self.graphs_enabled() && !st.graphs.broken { step::graph_bucket(batch) } else { None };
         let (n, pad_block) = (batch.num_rows(), kv.pad_block());
         let padded = bucket.unwrap_or(n);
+        if let Some(t) = st.step_times.as_mut() {
+            t.begin(bucket);
+        }
         let (words, [ids, slots, logits, attn]) = step::pack(batch, padded, pad_block, kv.spec.block_size);
         let meta_bytes = (words.len() * 4).next_multiple_of(256);
         let need = meta_bytes + rope_bytes(padded, kv.spec.head_dim);

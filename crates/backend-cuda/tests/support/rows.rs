@@ -1,0 +1,63 @@
+//! Row checks shared by the per-op bit tests: run an op over batches of many sizes and compare
+//! each row with the same row computed alone, bit for bit.
+#![allow(dead_code)]
+
+use plumb_backend_cuda::CudaBackend;
+use plumb_core::{Backend, GgmlType, HostBytes, WeightSource};
+use plumb_verify::inputs::{Rng, weight_bytes};
+
+pub const MS: [usize; 12] = [1, 2, 3, 7, 8, 9, 16, 64, 255, 256, 257, 4096];
+pub const MAX_M: usize = 4096;
+
+/// The rows of a batch of `m` compared with their solo run: all of a small batch, a spread of a
+/// large one (first, last, every 13th, and the rows around block boundaries of 8, 16 and 256).
+pub fn rows_to_check(m: usize) -> Vec<usize> {
+    if m <= 64 {
+        return (0..m).collect();
+    }
+    let mut rows: Vec<usize> = (0..m).step_by(13).collect();
+    for edge in [7, 8, 15, 16, 17, 255, 256, 257, m - 2, m - 1] {
+        if edge < m {
+            rows.push(edge);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Runs `op` over each batch size and compares rows with their solo runs; `run(rows)` computes
+/// the op over the batch made of the global input rows `rows` and returns [rows.len(), out_cols].
+pub fn check_rows(op: &str, out_cols: usize, run: &mut dyn FnMut(&[usize]) -> Vec<f32>) {
+    for m in MS {
+        let all: Vec<usize> = (0..m).collect();
+        let batch = run(&all);
+        assert_eq!(batch.len(), m * out_cols, "{op}: output size");
+        for r in rows_to_check(m) {
+            let alone = run(&[r]);
+            let got = &batch[r * out_cols..(r + 1) * out_cols];
+            if let Some(j) = got.iter().zip(&alone).position(|(a, b)| a.to_bits() != b.to_bits()) {
+                panic!(
+                    "{op}: row {r} of a batch of {m} differs from the row alone at column {j}: {} vs {}",
+                    got[j], alone[j]
+                );
+            }
+        }
+    }
+    eprintln!("{op}: rows of every batch size equal their solo runs");
+}
+
+pub fn pick(x: &[f32], cols: usize, rows: &[usize]) -> Vec<f32> {
+    rows.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied()).collect()
+}
+
+pub fn weight(
+    b: &CudaBackend,
+    rng: &mut Rng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+) -> plumb_backend_cuda::CudaWeight {
+    let bytes = HostBytes::from_vec(weight_bytes(rng, ty, rows, cols));
+    b.load_weight(WeightSource { name: format!("{ty}"), ty, rows, cols, bytes }).unwrap()
+}
