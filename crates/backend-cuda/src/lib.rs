@@ -132,8 +132,8 @@ pub struct CudaBackend {
     /// the head sizes of `ops::MMA_HEAD_DIMS`); `PLUMB_CUDA_ATT_MMA=0` keeps the f32 CUDA-core kernel,
     /// for measuring against (a different canonical form: bits differ between the two settings).
     pub(crate) attention_mma: bool,
-    /// Whether decode rows on the tensor-core attention split their context over blocks
-    /// (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
+    /// Whether decode rows split their context over blocks, one per split of the attention
+    /// kernel's form (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
     pub(crate) attention_split_kv: bool,
     /// Whether a weight on the tensor cores has been loaded (`rms_norm` then writes the rounded
     /// copy of its output those weights take; `PLUMB_CUDA_NORM_ROUND=0` turns that off).

@@ -25,8 +25,10 @@ pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
 pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 /// (row, head) pairs of one tensor-core attention walk: 4 warps of 16.
 const ATM_PAIRS: usize = 64;
-/// Positions per split of the tensor-core attention's canonical form (`ATM_SPLIT`).
+/// Positions per split of the tensor-core attention's canonical form (`ATM_SPLIT`) and of the
+/// f32 kernel's (`ATT_SPLIT`: a tile).
 const ATM_SPLIT: usize = 256;
+const ATT_SPLIT: usize = 64;
 /// Shared memory of a tensor-core attention block: two buffers of the K and V tiles and each
 /// warp's q pieces (2 for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes`
 /// in attention_mma.cu.
@@ -431,15 +433,16 @@ impl AttentionOps for CudaBackend {
         } else {
             (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
         };
-        // Decode rows (a block each) on the tensor cores split their context over blocks, one per
-        // ATM_SPLIT positions, and `attention_merge` folds the splits in order: a free choice, the
-        // walk folds them with the same arithmetic. The split count is a power of two, so a
-        // decode step's graph changes only when the longest context doubles; contexts of one
-        // split need no merge and take the walk (one launch less per layer).
-        let splits = (mma && rows_per_block == 1 && self.attention_split_kv)
+        // Decode rows (a block each) split their context over blocks, one per split of the
+        // kernel's form, and `attention_merge` folds the splits in order: a free choice, the walk
+        // folds them with the same arithmetic. The split count is a power of two, so a decode
+        // step's graph changes only when the longest context doubles; contexts of one split need
+        // no merge and take the walk (one launch less per layer).
+        let split_len = if mma { ATM_SPLIT } else { ATT_SPLIT };
+        let splits = (rows_per_block == 1 && self.attention_split_kv)
             .then(|| {
                 let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-                longest.div_ceil(ATM_SPLIT).next_power_of_two()
+                longest.div_ceil(split_len).next_power_of_two()
             })
             .filter(|&s| s > 1);
         let part = splits.map(|s| self.alloc(padded * num_heads * s * (spec.head_dim + 2) * 4));
@@ -462,8 +465,8 @@ impl AttentionOps for CudaBackend {
             .f32(scale)
             .ptr(out.ptr())
             .i32(rows_per_block as i32);
-        // The tensor-core kernels take the split workspace (0: the walk folds the splits itself).
-        let l = if mma { l.ptr(part.as_ref().map_or(0, |p| p.ptr)).i32(splits.unwrap_or(1) as i32) } else { l };
+        // The split workspace (0: the walk folds the splits itself).
+        let l = l.ptr(part.as_ref().map_or(0, |p| p.ptr)).i32(splits.unwrap_or(1) as i32);
         self.submit(l);
         if let (Some(part), Some(splits)) = (part, splits) {
             let pairs = padded * num_heads;
@@ -479,6 +482,7 @@ impl AttentionOps for CudaBackend {
                 .i32(num_heads as i32)
                 .i32(spec.head_dim as i32)
                 .i32(splits as i32)
+                .i32(split_len as i32)
                 .ptr(out.ptr());
             self.submit(l);
         }

@@ -4,8 +4,8 @@
 // array is sized at compile time.
 //
 // The canonical arithmetic of one (row, head) at absolute position p, fixed by the model's shapes:
-// positions 0..=p are cut into tiles at absolute multiples of ATT_TILE (64), tiles grouped into
-// splits at absolute multiples of ATT_SPLIT (1024). Score of position j: one fmaf chain over the
+// positions 0..=p are cut into tiles at absolute multiples of ATT_TILE (64), each tile a split of
+// its own (ATT_SPLIT = 64). Score of position j: one fmaf chain over the
 // head's dims in ascending order (q, and k as stored: f32, or f16/bf16 widened exactly), times
 // `scale`.
 // Inside a split, tiles are taken in ascending order with an online softmax: tile max (exact),
@@ -21,10 +21,14 @@
 // walk the KV tiles together, so a tile is read from memory once for all their heads of the group.
 // Each tile's K and then V are staged in shared memory by cp.async (V's copy overlaps the scores,
 // the next K's the P·V). Each warp owns up to ATT_PAIRS (row, head) pairs and keeps their softmax
-// state in registers; a walk serves 4 * ATT_PAIRS pairs, and more pairs take more walks.
+// state in registers; a walk serves 4 * ATT_PAIRS pairs, and more pairs take more walks. Given
+// `part` (decode: one row per block), block z of the grid's third dimension takes split z only
+// and writes its (acc, m, l) there, and `attention_merge` folds each (row, head)'s splits in
+// order with the walk's arithmetic: the same bits, with a decode row's tiles walked by as many
+// blocks at once instead of one after another.
 
 #define ATT_TILE 64
-#define ATT_SPLIT 1024
+#define ATT_SPLIT 64
 #define ATT_WARPS 4
 #define ATT_PAIRS 4
 #define NEG_INF __int_as_float(0xff800000)
@@ -123,7 +127,8 @@ template <int HD, int ST>
 __device__ __forceinline__ void attention_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
                                                const u8* __restrict__ v_cache, const u32* __restrict__ meta,
                                                int num_rows, int num_heads, int num_kv_heads, int block_size,
-                                               float scale, float* __restrict__ out, int rows_per_block) {
+                                               float scale, float* __restrict__ out, int rows_per_block,
+                                               float* __restrict__ part, int num_splits) {
     constexpr int ND = HD / 32;
     constexpr int E = Kv<ST>::BYTES;
     constexpr int KS = HD * E + 16;  // bytes per staged K row
@@ -148,6 +153,10 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             // The walk covers its rows' longest context.
             int ctx_max = 0;
             for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+            // The positions this block walks: all, or split z's.
+            const int t_begin = part ? (int)blockIdx.z * ATT_SPLIT : 0;
+            const int t_end = part ? min(ctx_max, t_begin + ATT_SPLIT) : ctx_max;
+            if (t_begin >= t_end) continue;  // block-uniform: no split z for these rows
 
             // This warp's pairs: p0 + warp + 4 * i.
             int ctx[ATT_PAIRS], row[ATT_PAIRS], head[ATT_PAIRS];
@@ -169,8 +178,8 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                     for (int d = 0; d < ND; d++) qs[(warp + 4 * i) * HD + 32 * d + lane] = qh[32 * d + lane];
                 }
             }
-            att_stage<HD, ST>(ks, KS, k_cache, stride, base, table, block_size, 0, ctx_max - 1);
-            for (int t0 = 0; t0 < ctx_max; t0 += ATT_TILE) {
+            att_stage<HD, ST>(ks, KS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
+            for (int t0 = t_begin; t0 < t_end; t0 += ATT_TILE) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
                 __syncthreads();  // K of this tile is in; every warp is done with the last V tile
                 att_stage<HD, ST>(vs, HD * E, v_cache, stride, base, table, block_size, t0, ctx_max - 1);
@@ -207,7 +216,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                     m_s[i] = m_new;
                 }
                 __syncthreads();  // every warp is done with this K tile
-                if (t0 + ATT_TILE < ctx_max) {
+                if (t0 + ATT_TILE < t_end) {
                     att_stage<HD, ST>(ks, KS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
                     asm volatile("cp.async.wait_group 1;\n" ::);
                 } else {
@@ -228,6 +237,17 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                             acc_s[i][d] = fmaf(p, Kv<ST>::load1(vr + (32 * d + lane) * E), acc_s[i][d]);
                     }
                     if ((t0 + ATT_TILE) % ATT_SPLIT == 0 || t0 + ATT_TILE >= ctx[i]) {
+                        if (part) {
+                            // This split's state, for attention_merge.
+                            float* pr = part + (((u64)row[i] * num_heads + head[i]) * num_splits + blockIdx.z) * (HD + 2);
+#pragma unroll
+                            for (int d = 0; d < ND; d++) pr[32 * d + lane] = acc_s[i][d];
+                            if (lane == 0) {
+                                pr[HD] = m_s[i];
+                                pr[HD + 1] = l_s[i];
+                            }
+                            continue;
+                        }
                         const float m = fmaxf(m_tot[i], m_s[i]);
                         const float a_tot = expf(m_tot[i] - m), a_s = expf(m_s[i] - m);
                         l_tot[i] = __fadd_rn(__fmul_rn(l_tot[i], a_tot), __fmul_rn(l_s[i], a_s));
@@ -244,7 +264,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             }
 #pragma unroll
             for (int i = 0; i < ATT_PAIRS; i++) {
-                if (ctx[i] == 0) continue;
+                if (ctx[i] == 0 || part) continue;
                 float* oh = out + ((u64)row[i] * num_heads + head[i]) * HD;
 #pragma unroll
                 for (int d = 0; d < ND; d++) oh[32 * d + lane] = __fdiv_rn(acc_tot[i][d], l_tot[i]);
@@ -259,9 +279,9 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
     extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)                                            \
         attention_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,     \
                                 int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, \
-                                float* out, int rows_per_block) { PDL_ENTRY();                                           \
+                                float* out, int rows_per_block, float* part, int num_splits) { PDL_ENTRY();              \
         attention_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,    \
-                               scale, out, rows_per_block);                                                 \
+                               scale, out, rows_per_block, part, num_splits);                               \
     }
 #define ATTENTION_KERNELS(HD)            \
     ATTENTION_KERNEL(HD, f32, KV_F32)   \

@@ -322,28 +322,30 @@ ATTENTION_MMA_KERNELS(96)
 ATTENTION_MMA_KERNELS(128)
 
 // The splits' states of each (row, head), folded in split order as the walk folds them, then
-// out = total / l. One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 128).
+// out = total / l: for both attention kernels, whose splits are `split_len` positions (ATM_SPLIT,
+// ATT_SPLIT). One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 256).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
-                                           int num_heads, int head_dim, int num_splits, float* __restrict__ out) {
+                                           int num_heads, int head_dim, int num_splits, int split_len,
+                                           float* __restrict__ out) {
     PDL_ENTRY();
     const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (pair >= num_rows * num_heads) return;
     const int row = pair / num_heads;
-    const int splits = ((int)meta[row] + ATM_SPLIT) / ATM_SPLIT;  // ceil((p + 1) / ATM_SPLIT)
+    const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
     const float* pr = part + (u64)pair * num_splits * (head_dim + 2);
-    float m_tot = NEG_INF, l_tot = 0.0f, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float m_tot = NEG_INF, l_tot = 0.0f, tot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int z = 0; z < splits; z++, pr += head_dim + 2) {
         const float m_s = pr[head_dim], l_s = pr[head_dim + 1];
         const float m = fmaxf(m_tot, m_s);
         const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
         l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++)
             if (lane + 32 * i < head_dim) tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(pr[lane + 32 * i], a_s));
         m_tot = m;
     }
     float* oh = out + (u64)pair * head_dim;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         if (lane + 32 * i < head_dim) oh[lane + 32 * i] = __fdiv_rn(tot[i], l_tot);
 }
