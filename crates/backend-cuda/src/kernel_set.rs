@@ -110,7 +110,6 @@ pub(crate) fn kernel_names() -> Vec<String> {
         names.push(format!("linear_{s}"));
         names.push(format!("linear_split_{s}"));
         names.push(format!("embed_{s}"));
-        names.push(format!("linear_wide_{s}"));
     }
     names
 }

@@ -150,11 +150,6 @@ pub struct CudaBackend {
     pub(crate) fuse_rope_kv: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
-    /// CUDA-core `linear` at up to 8 rows over at least this many features (a weight group's
-    /// together) runs on `linear_wide`, and its grid (SMs × 8 blocks): `ops_linear::WIDE_MIN_FEATURES`,
-    /// or `PLUMB_CUDA_WIDE_LINEAR=N` (0: never), for measuring. The same bits either way.
-    pub(crate) wide_min_features: usize,
-    pub(crate) wide_grid: usize,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
     /// call, K and V of every attended position once per row): what a step must stream.
     pub(crate) bytes_read: AtomicU64,
@@ -235,22 +230,6 @@ impl CudaBackend {
             Err(_) => ops_linear::DECODE_WIDE_GROUPS,
         };
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
-        let wide_min_features = match std::env::var("PLUMB_CUDA_WIDE_LINEAR") {
-            Ok(v) => match v.parse::<usize>() {
-                Ok(0) => usize::MAX,
-                Ok(n) => n,
-                Err(_) => {
-                    return Err(CudaError::BadSetting {
-                        name: "PLUMB_CUDA_WIDE_LINEAR",
-                        value: v,
-                        expected: "a number of features (0: never)",
-                    });
-                }
-            },
-            Err(_) => ops_linear::WIDE_MIN_FEATURES,
-        };
-        use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
-        let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
@@ -276,8 +255,6 @@ impl CudaBackend {
             decode_wide_groups,
             decode_fill: decode_fill.unwrap_or(ops_linear::DECODE_FILL),
             tma,
-            wide_min_features,
-            wide_grid: sms * 8,
             decode_counters: stream
                 .alloc_zeros::<u32>(DECODE_COUNTERS)
                 .map_err(driver("allocating the decode counters"))?,

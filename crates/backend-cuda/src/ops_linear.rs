@@ -23,13 +23,6 @@ const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// The most warps of a `linear_split` block (`LIN_SPLIT_MAX_WARPS`, its launch bounds).
 const LIN_SPLIT_MAX_WARPS: usize = 24;
-/// `linear_wide` (a warp per feature in turn, for wide weights at few rows): warps per block and
-/// the most rows it takes (`LIN_WIDE_WARPS`, `LIN_WIDE_ROWS`), and the features from which it
-/// replaces `linear_split`, whose four features a block give an LM head of 49,152 features
-/// 12,288 blocks that take longer to start than to run.
-const LIN_WIDE_WARPS: usize = 8;
-const LIN_WIDE_MAX_ROWS: usize = 8;
-pub(crate) const WIDE_MIN_FEATURES: usize = 8192;
 /// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
 /// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
@@ -171,37 +164,20 @@ impl CudaBackend {
     /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16.
     fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
         let w = ws[0];
-        let features: usize = ws.iter().map(|w| w.rows).sum();
         let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-        let wide = x.padded_rows <= LIN_WIDE_MAX_ROWS && features >= self.wide_min_features;
-        let cfg = if wide {
-            LaunchConfig {
-                grid_dim: (features.div_ceil(LIN_WIDE_WARPS).min(self.wide_grid) as u32, 1, 1),
-                block_dim: (LIN_WIDE_WARPS as u32 * 32, 1, 1),
-                shared_mem_bytes: 0,
-            }
+        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
+        let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(features)).sum();
+        // The split kernel: a warp per (feature, chunk) task, up to its most.
+        let warps = if split {
+            (LIN_SPLIT_FEAT * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS)
         } else {
-            let per = if split { LIN_SPLIT_FEAT } else { LIN_WARPS };
-            let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(per)).sum();
-            // The split kernel: a warp per (feature, chunk) task, up to its most.
-            let warps = if split {
-                (LIN_SPLIT_FEAT * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS)
-            } else {
-                LIN_WARPS
-            };
-            LaunchConfig {
-                grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
-                block_dim: (warps as u32 * 32, 1, 1),
-                shared_mem_bytes: 0,
-            }
+            LIN_WARPS
         };
-        let kernel = &w.kernels[if wide {
-            3
-        } else if split {
-            1
-        } else {
-            0
-        }];
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
+            block_dim: (warps as u32 * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let at = |i: usize| {
             (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
         };

@@ -20,9 +20,9 @@ pub struct CudaWeight {
     /// Device addresses of `_bytes` and `_dense`.
     pub(crate) ptr: u64,
     pub(crate) dense_ptr: Option<u64>,
-    /// This weight's `linear` kernels for many and for few rows, its `embed`, and its `linear`
-    /// for wide weights at few rows (looked up once, not per op).
-    pub(crate) kernels: [CudaFunction; 4],
+    /// This weight's `linear` kernels for many and for few rows, and its `embed` (looked up once,
+    /// not per op).
+    pub(crate) kernels: [CudaFunction; 3],
     /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`, `linear_tma.cu`: bf16
     /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
     /// [`CudaBackend::linear_inputs`]).
@@ -77,10 +77,10 @@ impl CudaBackend {
         let ptr = bytes.device_ptr(&self.stream).0;
         let suffix = type_suffix(src.ty).expect("checked by supports");
         let kernels = if mma {
-            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm", "linear_wide_bf16"]
+            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm"]
                 .map(|k| self.kernel(k).clone())
         } else {
-            ["linear", "linear_split", "embed", "linear_wide"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
+            ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
         };
         let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
         Ok(CudaWeight {

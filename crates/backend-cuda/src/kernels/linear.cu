@@ -141,76 +141,6 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     }
 }
 
-// The same elements for wide weights at few rows (the LM head at decode): `linear_split` gives
-// a 49152-feature head 12,288 short blocks, and the GPU spends its time starting them. Here a
-// warp takes whole features in turn (feature g, g + warps of the grid, ...), loading the
-// weights of up to LIN_WIDE_CHUNKS chunks at once, and computes each chunk's partial for every
-// row exactly as `linear_body` does (the same eight fmafs per lane, zeros past K included, the
-// same butterfly), folded in ascending chunk order: bit-identical to `linear_body`. Features
-// run over the weights of a group end to end (n0, then n1, then n2), so a group is one launch.
-#define LIN_WIDE_WARPS 8
-#define LIN_WIDE_ROWS 8
-#define LIN_WIDE_CHUNKS 4
-
-template <int TY>
-__device__ __forceinline__ void linear_wide_body(const float* __restrict__ x, const u8* w0, const u8* w1,
-                                                 const u8* w2, u64 row_bytes, float* out0, float* out1, float* out2,
-                                                 int num_rows, int n0, int n1, int n2, int k_in) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
-    const int rows = min(LIN_WIDE_ROWS, num_rows);
-    const int total = n0 + n1 + n2;
-    for (int g = blockIdx.x * LIN_WIDE_WARPS + warp; g < total; g += gridDim.x * LIN_WIDE_WARPS) {
-        const int seg = g < n0 ? 0 : g < n0 + n1 ? 1 : 2;
-        const int m = g - (seg == 0 ? 0 : seg == 1 ? n0 : n0 + n1);
-        const int n_out = pick3(seg, n0, n1, n2);
-        const u8* wrow = pick3(seg, w0, w1, w2) + (u64)m * row_bytes;
-        float* out = pick3(seg, out0, out1, out2);
-        float acc[LIN_WIDE_ROWS];
-#pragma unroll
-        for (int r = 0; r < LIN_WIDE_ROWS; r++) acc[r] = 0.0f;
-        for (int cg = 0; cg < num_chunks; cg += LIN_WIDE_CHUNKS) {
-            float wv[LIN_WIDE_CHUNKS][LIN_KC / 32];
-#pragma unroll
-            for (int i = 0; i < LIN_WIDE_CHUNKS; i++) {
-#pragma unroll
-                for (int j = 0; j < LIN_KC / 32; j++) {
-                    const int kk = (cg + i) * LIN_KC + j * 32 + lane;
-                    wv[i][j] = kk < k_in ? deq<TY>(wrow, kk) : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < LIN_WIDE_ROWS; r++) {
-                if (r < rows) {
-                    const float* xr = x + (u64)r * k_in;
-#pragma unroll
-                    for (int i = 0; i < LIN_WIDE_CHUNKS; i++) {
-                        const int c = cg + i;
-                        if (c < num_chunks) {
-                            float s = 0.0f;
-#pragma unroll
-                            for (int j = 0; j < LIN_KC / 32; j++) {
-                                const int kk = c * LIN_KC + j * 32 + lane;
-                                s = fmaf(kk < k_in ? xr[kk] : 0.0f, wv[i][j], s);
-                            }
-#pragma unroll
-                            for (int off = 16; off > 0; off >>= 1)
-                                s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-                            acc[r] = c == 0 ? s : __fadd_rn(acc[r], s);
-                        }
-                    }
-                }
-            }
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < LIN_WIDE_ROWS; r++) {
-                if (r < rows) out[(u64)r * n_out + m] = acc[r];
-            }
-        }
-    }
-}
-
 template <int TY>
 __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
                                            float* __restrict__ out, int cols) {
@@ -236,11 +166,6 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();                        \
         LINEAR_SEGS(LIN_SPLIT_FEAT)                                                                           \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(LIN_WIDE_WARPS * 32) linear_wide_##NAME(                  \
-        const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();                        \
-        linear_wide_body<TY>(x, w, w1, w2, row_bytes, out, out1, out2, num_rows, n_out, n1, n2, k_in);        \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
