@@ -148,6 +148,10 @@ pub struct CudaBackend {
     /// Whether RoPE of q and k and the K/V write run as one kernel (`rope_write_kv`;
     /// `PLUMB_CUDA_FUSE_ROPE_KV=0` launches `rope_qk` and `write_kv` apart: the same bits).
     pub(crate) fuse_rope_kv: bool,
+    /// Whether the split `linear` of block formats copies each chunk's bytes into shared memory
+    /// with coalesced 4-byte loads before dequantizing (`PLUMB_CUDA_STAGED_LOADS=0`: byte loads
+    /// from global memory; the same bits, for measuring).
+    pub(crate) staged_loads: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
     /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
@@ -266,6 +270,7 @@ impl CudaBackend {
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),
             group_linear: std::env::var("PLUMB_CUDA_GROUP_LINEAR").ok().is_none_or(|v| v != "0"),
             fuse_rope_kv: std::env::var("PLUMB_CUDA_FUSE_ROPE_KV").ok().is_none_or(|v| v != "0"),
+            staged_loads: std::env::var("PLUMB_CUDA_STAGED_LOADS").ok().is_none_or(|v| v != "0"),
             ctx,
             stream,
             _module: module,
@@ -370,7 +375,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 9] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 10] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -381,6 +386,7 @@ impl CudaBackend {
             ("fused_add_norm", self.fuse_add),
             ("grouped_linear", self.group_linear),
             ("fused_rope_kv_write", self.fuse_rope_kv),
+            ("staged_quant_loads", self.staged_loads),
         ]
     }
 

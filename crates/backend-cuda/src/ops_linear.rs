@@ -197,7 +197,8 @@ impl CudaBackend {
                 .i32(w.rows as i32)
                 .i32(n1 as i32)
                 .i32(n2 as i32)
-                .i32(w.cols as i32),
+                .i32(w.cols as i32)
+                .i32(self.staged_loads as i32),
         );
     }
 

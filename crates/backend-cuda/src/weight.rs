@@ -77,8 +77,7 @@ impl CudaBackend {
         let ptr = bytes.device_ptr(&self.stream).0;
         let suffix = type_suffix(src.ty).expect("checked by supports");
         let kernels = if mma {
-            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm"]
-                .map(|k| self.kernel(k).clone())
+            ["linear_wgmma_bf16", "linear_mma_decode_bf16", "embed_bf16_kperm"].map(|k| self.kernel(k).clone())
         } else {
             ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
         };

@@ -92,11 +92,52 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
 #define LIN_SPLIT_MAX_CHUNKS 64
 #define LIN_SPLIT_MAX_WARPS 24
 
+// Bytes of one 256-element chunk of a row in a block format (0: a float format, read in place);
+// every block format's chunk is whole blocks of an even number of bytes, at most 272 (Q8_0).
+template <int TY>
+__device__ __forceinline__ constexpr int chunk_bytes() {
+    return TY == TY_Q4_0 ? 144 : TY == TY_Q4_1 ? 160 : TY == TY_Q5_0 ? 176 : TY == TY_Q5_1 ? 192
+         : TY == TY_Q8_0 ? 272 : TY == TY_Q2_K ? 84 : TY == TY_Q3_K ? 110 : TY == TY_Q4_K ? 144
+         : TY == TY_Q5_K ? 176 : TY == TY_Q6_K ? 210 : 0;
+}
+#define LIN_STAGE_BYTES 272
+
+// A warp's copy of chunk bytes [0, n) from `src` into its shared buffer `dst`, in coalesced 4-byte
+// (or 2-byte, where the chunk is not 4-aligned) loads, all issued before any store; the warp's
+// lanes then read their elements' bytes from there. Only where the bytes come from changes: each
+// element is dequantized by the same `deq` from the same bytes.
+__device__ __forceinline__ void stage_chunk(u8* dst, const u8* __restrict__ src, int n, int lane) {
+    if ((((u64)src | (u64)n) & 3) == 0) {
+        const u32* s4 = (const u32*)src;
+        u32* d4 = (u32*)dst;
+        const int words = n / 4;
+        u32 v[3];
+#pragma unroll
+        for (int i = 0; i < 3; i++) v[i] = lane + 32 * i < words ? s4[lane + 32 * i] : 0u;
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+            if (lane + 32 * i < words) d4[lane + 32 * i] = v[i];
+    } else {
+        const unsigned short* s2 = (const unsigned short*)src;
+        unsigned short* d2 = (unsigned short*)dst;
+        const int halves = n / 2;
+        unsigned short v[5];
+#pragma unroll
+        for (int i = 0; i < 5; i++) v[i] = lane + 32 * i < halves ? s2[lane + 32 * i] : (unsigned short)0;
+#pragma unroll
+        for (int i = 0; i < 5; i++)
+            if (lane + 32 * i < halves) d2[lane + 32 * i] = v[i];
+    }
+    __syncwarp();
+}
+
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
-                                                  int k_in, int bx) {
+                                                  int k_in, int bx, int staged) {
     __shared__ float part[LIN_SPLIT_FEAT][LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
+    __shared__ __align__(16) u8 stage[LIN_SPLIT_MAX_WARPS][LIN_STAGE_BYTES];
+    constexpr int CB = chunk_bytes<TY>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
     const int f0 = bx * LIN_SPLIT_FEAT;
@@ -109,10 +150,22 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
         const int clen = min(LIN_KC, k_in - c0);
         const u8* wrow = w + (u64)m * row_bytes;
         float wv[LIN_KC / 32];
+        if (CB > 0 && staged) {
+            // The chunk's bytes (whole blocks: clen is a multiple of the block) via shared memory.
+            u8* st = stage[warp];
+            stage_chunk(st, wrow + (u64)c * CB, clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC), lane);
 #pragma unroll
-        for (int j = 0; j < LIN_KC / 32; j++) {
-            int kk = j * 32 + lane;
-            wv[j] = kk < clen ? deq<TY>(wrow, c0 + kk) : 0.0f;
+            for (int j = 0; j < LIN_KC / 32; j++) {
+                int kk = j * 32 + lane;
+                wv[j] = kk < clen ? deq<TY>(st, kk) : 0.0f;
+            }
+            __syncwarp();  // every lane has its bytes before the next task's copy
+        } else {
+#pragma unroll
+            for (int j = 0; j < LIN_KC / 32; j++) {
+                int kk = j * 32 + lane;
+                wv[j] = kk < clen ? deq<TY>(wrow, c0 + kk) : 0.0f;
+            }
         }
         for (int r = 0; r < rows; r++) {
             const float* xr = x + (u64)(r0 + r) * k_in + c0;
@@ -157,15 +210,17 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
 #define LINEAR_KERNELS(NAME, TY)                                                                              \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
-                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();  \
+                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) {     \
+        PDL_ENTRY();                                                                                          \
+        (void)staged;                                                                                         \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in) { PDL_ENTRY();                        \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) { PDL_ENTRY();            \
         LINEAR_SEGS(LIN_SPLIT_FEAT)                                                                           \
-        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                \
+        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged);                        \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
