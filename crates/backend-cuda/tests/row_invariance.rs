@@ -1,8 +1,8 @@
 //! Per-op bit tests on the CUDA backend (GPU.md, "Tests that keep it so"): for every batch size M
 //! in {1, 2, 3, 7, 8, 9, 16, 64, 255, 256, 257, 4096}, row r of a batch of M equals, bit for bit,
 //! the same row computed alone — for every op, every weight format, across K-chunk, attention
-//! tile (64) and split (1024) boundaries. Also: K/V written in one batch or in chunks reads back
-//! identically.
+//! tile (64) and split boundaries (a tile for the f32 store, 256 positions on the tensor cores).
+//! Also: K/V written in one batch or in chunks reads back identically.
 
 #[path = "support/device.rs"]
 mod device;
