@@ -1,5 +1,7 @@
 //! Per-kernel GPU time, for finding what bounds a run (`PLUMB_CUDA_PROFILE=1`, which also turns
-//! CUDA graphs off: every launch then runs eagerly through `submit`). Each launch is bracketed by
+//! CUDA graphs off: every launch then runs eagerly through `submit`; `PLUMB_CUDA_PROFILE=decode`
+//! times only the launches of decode-shaped steps, the ones graphs would replay, so a
+//! concurrency run's decode is not buried under its prompts' prefill). Each launch is bracketed by
 //! two CUDA events on the backend's stream; pending pairs are resolved in batches, and when the
 //! backend is dropped it prints each kernel's launches, GPU time and share to stderr, widest first.
 //! The events change no launch and no result, only add a little host time per launch.
@@ -14,15 +16,21 @@ const PENDING: usize = 4096;
 
 #[derive(Debug, Default)]
 pub struct Profiler {
+    /// Whether only decode-shaped steps are timed.
+    pub decode_only: bool,
     pending: Vec<(usize, CudaEvent, CudaEvent)>,
     /// Per kernel (its CUfunction): launches and milliseconds.
     totals: HashMap<usize, (u64, f64)>,
 }
 
 impl Profiler {
-    /// A profiler when `PLUMB_CUDA_PROFILE=1`.
+    /// A profiler when `PLUMB_CUDA_PROFILE=1` (every launch) or `=decode` (decode-shaped steps').
     pub fn from_env() -> Option<Profiler> {
-        std::env::var("PLUMB_CUDA_PROFILE").is_ok_and(|v| v == "1").then(Profiler::default)
+        match std::env::var("PLUMB_CUDA_PROFILE").as_deref() {
+            Ok("1") => Some(Profiler::default()),
+            Ok("decode") => Some(Profiler { decode_only: true, ..Default::default() }),
+            _ => None,
+        }
     }
 
     /// Runs `launch` on `stream` between two timing events.
@@ -65,7 +73,8 @@ impl Profiler {
             self.totals.iter().map(|(f, &(n, ms))| (names.get(f).copied().unwrap_or("?"), n, ms)).collect();
         rows.sort_by(|a, b| b.2.total_cmp(&a.2));
         let total: f64 = rows.iter().map(|r| r.2).sum();
-        let mut out = format!("CUDA profile (PLUMB_CUDA_PROFILE=1): {total:.1} ms of kernels\n");
+        let what = if self.decode_only { "decode-shaped steps' kernels" } else { "kernels" };
+        let mut out = format!("CUDA profile (PLUMB_CUDA_PROFILE): {total:.1} ms of {what}\n");
         out += &format!("{:<32} {:>9} {:>11} {:>9} {:>7}\n", "kernel", "launches", "total ms", "mean us", "share");
         for (name, n, ms) in rows {
             out += &format!(

@@ -60,6 +60,8 @@ pub struct Step {
     pub rope_used: bool,
     /// `Some(key)` while the step's launches are being recorded for a graph.
     pub recording: Option<GraphKey>,
+    /// Whether the step is decode-shaped (`graph_bucket`), graphs on or off.
+    pub decode_shaped: bool,
 }
 
 /// Pinned host staging and its device twin, grown as batches grow.

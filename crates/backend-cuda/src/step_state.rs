@@ -72,7 +72,8 @@ impl CudaBackend {
             return;
         }
         self.ctx.bind_to_thread().expect("CUDA context");
-        if let Some(p) = st.profile.as_mut() {
+        let decode_shaped = st.step.as_ref().is_some_and(|s| s.decode_shaped);
+        if let Some(p) = st.profile.as_mut().filter(|p| decode_shaped || !p.decode_only) {
             p.timed(&self.ctx, &self.stream, &launch).unwrap_or_else(|e| panic!("CUDA launch failed: {e}"));
             return;
         }
@@ -173,6 +174,7 @@ impl CudaBackend {
             rope_capacity: rope_bytes(padded, kv.spec.head_dim),
             rope_used: false,
             recording,
+            decode_shaped: step::graph_bucket(batch).is_some(),
         });
         self.push_copy(&mut st, Op::HtoD { dst: dev, src, bytes: bytes.len() });
     }
