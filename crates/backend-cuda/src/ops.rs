@@ -36,6 +36,22 @@ pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore) -> usize {
     let pieces = if store == KvStore::F16 { 2 } else { 3 };
     (4 * 64 + ATT_WARPS * pieces * 16) * (head_dim * 2 + 16)
 }
+/// The most bytes of split states one attention call may keep for `attention_merge` (beyond, its
+/// rows walk their splits on one block each: the same bits).
+const SPLIT_KV_PART_BYTES: usize = 64 << 20;
+
+/// How many blocks decode rows split their context over (`None`: each row's block walks it all).
+/// Decode rows (a block each) may split their context over blocks, one per split of the kernel's
+/// form (`split_len` positions), and `attention_merge` folds the splits in order: a free choice,
+/// the walk folds them with the same arithmetic. The count is a power of two, so a decode step's
+/// graph changes only when the longest context doubles; a context of one split needs no merge
+/// (one launch less per layer); and the split states of `pairs` (row, head) pairs stay within
+/// `SPLIT_KV_PART_BYTES`, which long contexts at many rows would pass (they have blocks enough).
+pub(crate) fn split_kv(pairs: usize, head_dim: usize, longest: usize, split_len: usize) -> Option<usize> {
+    let splits = longest.div_ceil(split_len).next_power_of_two();
+    (splits > 1 && pairs * splits * (head_dim + 2) * 4 <= SPLIT_KV_PART_BYTES).then_some(splits)
+}
+
 /// The largest head the attention kernel's per-lane registers hold.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -433,18 +449,11 @@ impl AttentionOps for CudaBackend {
         } else {
             (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
         };
-        // Decode rows (a block each) split their context over blocks, one per split of the
-        // kernel's form, and `attention_merge` folds the splits in order: a free choice, the walk
-        // folds them with the same arithmetic. The split count is a power of two, so a decode
-        // step's graph changes only when the longest context doubles; contexts of one split need
-        // no merge and take the walk (one launch less per layer).
         let split_len = if mma { ATM_SPLIT } else { ATT_SPLIT };
+        let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
         let splits = (rows_per_block == 1 && self.attention_split_kv)
-            .then(|| {
-                let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-                longest.div_ceil(split_len).next_power_of_two()
-            })
-            .filter(|&s| s > 1);
+            .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
+            .flatten();
         let part = splits.map(|s| self.alloc(padded * num_heads * s * (spec.head_dim + 2) * 4));
         let cfg = LaunchConfig {
             grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
@@ -486,5 +495,27 @@ impl AttentionOps for CudaBackend {
                 .ptr(out.ptr());
             self.submit(l);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_kv;
+
+    #[test]
+    fn decode_splits_are_powers_of_two_within_the_state_budget() {
+        // One split: the walk, no merge; then powers of two of the splits the context spans.
+        assert_eq!(split_kv(9, 64, 64, 64), None);
+        assert_eq!(split_kv(9, 64, 65, 64), Some(2));
+        assert_eq!(split_kv(9, 64, 144, 64), Some(4));
+        assert_eq!(split_kv(32, 128, 576, 256), Some(4));
+        // 64 rows of 32 heads at 128K positions would keep 2,048 states of 130 floats per pair
+        // (2.2 GB): they walk instead, as they do from the budget on.
+        assert_eq!(split_kv(64 * 32, 128, 131_072, 64), None);
+        let last = (1..=20).map(|e| 1usize << e).filter(|&n| split_kv(64 * 32, 128, n, 64).is_some()).max();
+        // 32 splits of 2,048 pairs' states (1 MiB per split) fit in 64 MiB, 64 do not: the
+        // f32 kernel's one-tile splits stop at 2,048 positions there (512 blocks walk instead).
+        assert_eq!(last, Some(2048));
+        assert_eq!(split_kv(64 * 32, 128, 8192, 256), Some(32));
     }
 }
