@@ -49,7 +49,13 @@ const SPLIT_KV_PART_BYTES: usize = 64 << 20;
 /// `SPLIT_KV_PART_BYTES`, which long contexts at many rows would pass (they have blocks enough).
 pub(crate) fn split_kv(pairs: usize, head_dim: usize, longest: usize, split_len: usize) -> Option<usize> {
     let splits = longest.div_ceil(split_len).next_power_of_two();
-    (splits > 1 && pairs * splits * (head_dim + 2) * 4 <= SPLIT_KV_PART_BYTES).then_some(splits)
+    (splits > 1 && split_states_bytes(pairs, head_dim, splits) <= SPLIT_KV_PART_BYTES).then_some(splits)
+}
+
+/// Bytes of the split states `attention_merge` folds: per (row, head) pair and split, the
+/// unnormalised output and the running max and sum, in f32.
+fn split_states_bytes(pairs: usize, head_dim: usize, splits: usize) -> usize {
+    pairs * splits * (head_dim + 2) * 4
 }
 
 /// The largest head the attention kernel's per-lane registers hold.
@@ -454,7 +460,7 @@ impl AttentionOps for CudaBackend {
         let splits = (rows_per_block == 1 && self.attention_split_kv)
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
             .flatten();
-        let part = splits.map(|s| self.alloc(padded * num_heads * s * (spec.head_dim + 2) * 4));
+        let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
         let cfg = LaunchConfig {
             grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
             block_dim: (ATT_WARPS as u32 * 32, 1, 1),

@@ -97,9 +97,19 @@ pub struct StepTimer {
     /// The current step's start and bucket, and when its recording was submitted.
     started: Option<(std::time::Instant, usize)>,
     pending: Vec<(usize, f64, f64, CudaEvent, CudaEvent)>,
-    /// Per bucket: steps, then sums of wall, record, submit and GPU microseconds, and the number
-    /// of steps that have a wall time (all but a run's last).
-    totals: std::collections::BTreeMap<usize, [f64; 6]>,
+    totals: std::collections::BTreeMap<usize, BucketTimes>,
+}
+
+/// One row bucket's sums, in microseconds.
+#[derive(Debug, Default)]
+struct BucketTimes {
+    /// Steps submitted, and those with a wall time (all but a run's last).
+    steps: u64,
+    walled: u64,
+    wall: f64,
+    record: f64,
+    submit: f64,
+    gpu: f64,
 }
 
 impl StepTimer {
@@ -112,8 +122,8 @@ impl StepTimer {
         let now = std::time::Instant::now();
         if let Some((t, b)) = std::mem::replace(&mut self.started, bucket.map(|b| (now, b))) {
             let e = self.totals.entry(b).or_default();
-            e[1] += (now - t).as_secs_f64() * 1e6;
-            e[5] += 1.0;
+            e.wall += (now - t).as_secs_f64() * 1e6;
+            e.walled += 1;
         }
     }
 
@@ -143,10 +153,10 @@ impl StepTimer {
         for (bucket, record, submit, start, end) in self.pending.drain(..) {
             end.synchronize()?;
             let e = self.totals.entry(bucket).or_default();
-            e[0] += 1.0;
-            e[2] += record;
-            e[3] += submit;
-            e[4] += f64::from(start.elapsed_ms(&end)?) * 1e3;
+            e.steps += 1;
+            e.record += record;
+            e.submit += submit;
+            e.gpu += f64::from(start.elapsed_ms(&end)?) * 1e3;
         }
         Ok(())
     }
@@ -159,14 +169,14 @@ impl StepTimer {
         let mut out = String::from("CUDA step times (PLUMB_CUDA_STEP_TIMES=1), mean us per recorded step\n");
         out += &format!("{:>6} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "rows", "steps", "wall", "record", "submit", "gpu");
         for (bucket, t) in &self.totals {
-            let n = t[0].max(1.0);
+            let n = t.steps.max(1) as f64;
             out += &format!(
                 "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1}\n",
-                t[0],
-                t[1] / t[5].max(1.0),
-                t[2] / n,
-                t[3] / n,
-                t[4] / n
+                t.steps,
+                t.wall / t.walled.max(1) as f64,
+                t.record / n,
+                t.submit / n,
+                t.gpu / n
             );
         }
         out

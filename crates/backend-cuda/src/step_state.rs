@@ -127,7 +127,8 @@ impl CudaBackend {
         let mut st = self.lock_state();
         self.flush_locked(&mut st);
         self.ctx.bind_to_thread().expect("CUDA context");
-        let bucket = if self.graphs_enabled() && !st.graphs.broken { step::graph_bucket(batch) } else { None };
+        let decode_bucket = step::graph_bucket(batch);
+        let bucket = if self.graphs_enabled() && !st.graphs.broken { decode_bucket } else { None };
         let (n, pad_block) = (batch.num_rows(), kv.pad_block());
         let padded = bucket.unwrap_or(n);
         if let Some(t) = st.step_times.as_mut() {
@@ -174,7 +175,7 @@ impl CudaBackend {
             rope_capacity: rope_bytes(padded, kv.spec.head_dim),
             rope_used: false,
             recording,
-            decode_shaped: step::graph_bucket(batch).is_some(),
+            decode_shaped: decode_bucket.is_some(),
         });
         self.push_copy(&mut st, Op::HtoD { dst: dev, src, bytes: bytes.len() });
     }

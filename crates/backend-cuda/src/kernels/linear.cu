@@ -212,7 +212,7 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
                       float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) {     \
         PDL_ENTRY();                                                                                          \
-        (void)staged;                                                                                         \
+        (void)staged; /* the split kernel's switch: both take one argument list */                            \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
