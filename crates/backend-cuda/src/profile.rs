@@ -21,6 +21,8 @@ pub struct Profiler {
     pending: Vec<(usize, CudaEvent, CudaEvent)>,
     /// Per kernel (its CUfunction): launches and milliseconds.
     totals: HashMap<usize, (u64, f64)>,
+    /// Why some pending launches could not be timed, if they could not.
+    lost: Option<String>,
 }
 
 impl Profiler {
@@ -53,6 +55,14 @@ impl Profiler {
         Ok(())
     }
 
+    /// Sums the timed launches of earlier steps (called as a step starts, so the totals do not
+    /// wait for the backend's drop, which may race the process's exit and the driver's teardown).
+    pub fn settle(&mut self) {
+        if let Err(e) = self.resolve() {
+            self.lost = Some(e.to_string());
+        }
+    }
+
     fn resolve(&mut self) -> Result<(), cudarc::driver::DriverError> {
         for (func, start, end) in self.pending.drain(..) {
             end.synchronize()?;
@@ -65,9 +75,7 @@ impl Profiler {
 
     /// The table of kernels by GPU time, named from `kernels`.
     pub fn report(&mut self, kernels: &HashMap<String, CudaFunction>) -> String {
-        if let Err(e) = self.resolve() {
-            return format!("CUDA profile unavailable: {e}\n");
-        }
+        self.settle();
         let names: HashMap<usize, &str> = kernels.iter().map(|(n, f)| (f.cu_function() as usize, n.as_str())).collect();
         let mut rows: Vec<(&str, u64, f64)> =
             self.totals.iter().map(|(f, &(n, ms))| (names.get(f).copied().unwrap_or("?"), n, ms)).collect();
@@ -75,6 +83,9 @@ impl Profiler {
         let total: f64 = rows.iter().map(|r| r.2).sum();
         let what = if self.decode_only { "decode-shaped steps' kernels" } else { "kernels" };
         let mut out = format!("CUDA profile (PLUMB_CUDA_PROFILE): {total:.1} ms of {what}\n");
+        if let Some(e) = &self.lost {
+            out += &format!("(the last launches' times were lost: {e})\n");
+        }
         out += &format!("{:<32} {:>9} {:>11} {:>9} {:>7}\n", "kernel", "launches", "total ms", "mean us", "share");
         for (name, n, ms) in rows {
             out += &format!(

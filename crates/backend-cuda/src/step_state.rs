@@ -134,6 +134,9 @@ impl CudaBackend {
         if let Some(t) = st.step_times.as_mut() {
             t.begin(bucket);
         }
+        if let Some(p) = st.profile.as_mut() {
+            p.settle();
+        }
         let (words, [ids, slots, logits, attn]) = step::pack(batch, padded, pad_block, kv.spec.block_size);
         let meta_bytes = (words.len() * 4).next_multiple_of(256);
         let need = meta_bytes + rope_bytes(padded, kv.spec.head_dim);
