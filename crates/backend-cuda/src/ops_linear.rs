@@ -8,7 +8,7 @@
 
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_smem};
+use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_name, tma_smem};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::LinearOps;
@@ -254,9 +254,10 @@ impl CudaBackend {
     }
 
     /// `linear` on the TMA kernels (kernels/linear_tma.cu): the instance whose row tile holds
-    /// the rows (or tiles them by 128), 128 features per block, and for few rows K split over
-    /// blocks as `decode_split` plans it for the instance's resident blocks. Up to three weights
-    /// of one input run as one launch, each on whole tiles of its own.
+    /// the rows (or tiles them by 128), 128 features per task (64 for whole-K calls whose tasks
+    /// would not cover the SMs: `TmaPlan::feature_tile`), and for few rows K split over blocks as
+    /// `decode_split` plans it for the instance's resident blocks. Up to three weights of one
+    /// input run as one launch, each on whole tiles of its own.
     fn linear_tma(
         &self,
         x: &CudaTensor,
@@ -265,7 +266,7 @@ impl CudaBackend {
         rounded: Option<&DeviceBuf>,
     ) {
         let rows = x.padded_rows;
-        let (i, name) = self.tma.kernel(rows);
+        let i = self.tma.kernel(rows).0;
         let n = TMA_ROWS[i];
         let cols = ws[0].cols;
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
@@ -282,22 +283,24 @@ impl CudaBackend {
             num_chunks
         };
         let splits = num_chunks.div_ceil(per_split);
+        let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles) } else { 128 };
+        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
         let own = rounded.is_none().then(|| self.rounded(x));
         let input = own.as_ref().or(rounded).expect("rounded above").ptr;
         let xmap = bf16_tile_map(input, cols, rows, cols * 2, n);
-        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, 128)).collect();
+        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
         let tasks = rows.div_ceil(n) * tiles * splits;
         let cfg = LaunchConfig {
-            grid_dim: (self.tma.grid(i, tasks) as u32, 1, 1),
+            grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
             block_dim: (TMA_THREADS, 1, 1),
-            shared_mem_bytes: tma_smem(n) as u32,
+            shared_mem_bytes: tma_smem(n, ft) as u32,
         };
         // The last block of a tile folds a few rows' partials; more rows fold in a launch of
         // their own, every element in parallel.
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
-        // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is two.
-        let counters = if fold_apart { 0 } else { self.decode_counters(tiles * 2) };
+        // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is ft / 64.
+        let counters = if fold_apart { 0 } else { self.decode_counters(tiles * ft / 64) };
         // Weight i's map, output and features; a launch of fewer weights repeats the first map
         // (never read: those weights have no features).
         let seg = |i: usize| {
@@ -309,8 +312,11 @@ impl CudaBackend {
         let outputs = |l: Launch| {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
-        let l =
-            Launch::new(self.kernel(&name), cfg).tensor_map(&xmap).tensor_map(&wmaps[0]).tensor_map(m1).tensor_map(m2);
+        let l = Launch::new(self.kernel(&tma_name(n, ft)), cfg)
+            .tensor_map(&xmap)
+            .tensor_map(&wmaps[0])
+            .tensor_map(m1)
+            .tensor_map(m2);
         self.submit(
             outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters),
         );

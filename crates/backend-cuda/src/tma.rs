@@ -1,5 +1,6 @@
-//! The warp-specialised tensor-core `linear` (`linear_tma_bf16_n{8,16,32,64,128}` in
-//! kernels/linear_tma.cu): which instance takes a call, its shared memory and resident blocks,
+//! The warp-specialised tensor-core `linear` (`linear_tma_bf16_n{8,16,32,64,128}` and the
+//! 64-feature `linear_tma_bf16_n{16,32,64}_f64` in kernels/linear_tma.cu): which instance takes a
+//! call, its shared memory and resident blocks,
 //! and the TMA tensor maps it reads its operands through — a 2-d bf16 matrix read in boxes of 64
 //! elements of K by 128 (weights) or N (activation) rows, 128-byte swizzled, with zeros past its
 //! last row and column, encoded on the host per launch (a driver call that touches no device
@@ -14,6 +15,9 @@ use std::collections::HashMap;
 pub(crate) const TMA_ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 /// Threads of a block: two consumer warpgroups and one producer warp.
 pub(crate) const TMA_THREADS: u32 = 288;
+/// The row tiles that also have an instance of 64 features a task (the two warpgroups share the
+/// features and split the rows, so at least 16 rows).
+pub(crate) const TMA_NARROW_ROWS: [usize; 3] = [16, 32, 64];
 
 /// The instance for `rows` rows among those of at most `max_rows` rows: (index into `TMA_ROWS`,
 /// kernel name). The smallest that holds the rows, else the largest allowed, which tiles them.
@@ -23,16 +27,31 @@ pub(crate) fn tma_kernel(rows: usize, max_rows: usize) -> (usize, String) {
     (i, format!("linear_tma_bf16_n{}", TMA_ROWS[i]))
 }
 
-/// Dynamic shared memory of the instance of `n` rows: its stages (`tma_stages` in the kernel) of
-/// a 128 × 64 weight tile and an n × 64 activation tile, plus the slack that lets the kernel
-/// align them to 1,024 bytes (the 128-byte swizzle's period).
-pub(crate) fn tma_smem(n: usize) -> usize {
-    let stages = match n {
-        128 | 8 => 6,
-        64 => 4,
+/// The name of the instance of `n` rows and `ft` features a task.
+pub(crate) fn tma_name(n: usize, ft: usize) -> String {
+    if ft == 64 { format!("linear_tma_bf16_n{n}_f64") } else { format!("linear_tma_bf16_n{n}") }
+}
+
+/// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
+/// in the kernel) of an ft × 64 weight tile and an n × 64 activation tile, plus the slack that
+/// lets the kernel align them to 1,024 bytes (the 128-byte swizzle's period).
+pub(crate) fn tma_smem(n: usize, ft: usize) -> usize {
+    let stages = match (n, ft) {
+        (_, 64) | (128 | 8, _) => 6,
+        (64, _) => 4,
         _ => 5,
     };
-    stages * (128 * 128 + n * 128) + 1024
+    stages * (ft * 128 + n * 128) + 1024
+}
+
+/// The shared memory a TMA instance is launched with, from its name (None for other kernels).
+pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("linear_tma_bf16_n")?;
+    let (n, ft) = match rest.strip_suffix("_f64") {
+        Some(n) => (n, 64),
+        None => (rest, 128),
+    };
+    Some(tma_smem(n.parse().ok()?, ft))
 }
 
 /// How tensor-core `linear` runs on this device: whether on the TMA kernels (default; off with
@@ -43,12 +62,17 @@ pub(crate) fn tma_smem(n: usize) -> usize {
 /// `PLUMB_CUDA_TMA_PERSIST=0` launches one block per task). Two more switches exist for
 /// measuring the choices against each other: `PLUMB_CUDA_TMA_ROWS=N` keeps to the instances of at
 /// most N rows (more rows tile by the largest), `PLUMB_CUDA_TMA_SPLITS=S` splits K in S (at most
-/// one split per chunk) for every call of up to 64 rows instead of `decode_split`'s choice. All
-/// compute the same bits.
+/// one split per chunk) for every call of up to 64 rows instead of `decode_split`'s choice, and
+/// `PLUMB_CUDA_TMA_NARROW=0` keeps 128-feature tasks where whole-K tasks of 128 features would
+/// leave SMs idle (`narrow`). All compute the same bits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TmaPlan {
     pub(crate) enabled: bool,
+    pub(crate) sms: usize,
     pub(crate) slots: [usize; 5],
+    /// Resident blocks of the 64-feature instances (`TMA_NARROW_ROWS`; 0 for the others).
+    pub(crate) slots_narrow: [usize; 5],
+    pub(crate) narrow: bool,
     pub(crate) persistent: bool,
     pub(crate) max_rows: usize,
     pub(crate) splits: Option<usize>,
@@ -58,18 +82,27 @@ impl TmaPlan {
     pub(crate) fn new(ctx: &CudaContext, kernels: &HashMap<String, CudaFunction>) -> Result<TmaPlan, CudaError> {
         use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
         let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
-        let mut slots = [0; 5];
-        for (s, &n) in slots.iter_mut().zip(&TMA_ROWS) {
-            let per_sm = kernels[&format!("linear_tma_bf16_n{n}")]
-                .occupancy_max_active_blocks_per_multiprocessor(TMA_THREADS, tma_smem(n), None)
+        let resident = |n: usize, ft: usize| -> Result<usize, CudaError> {
+            let per_sm = kernels[&tma_name(n, ft)]
+                .occupancy_max_active_blocks_per_multiprocessor(TMA_THREADS, tma_smem(n, ft), None)
                 .map_err(driver("reading the TMA kernel's occupancy"))?;
-            *s = sms * per_sm.max(1) as usize;
+            Ok(sms * per_sm.max(1) as usize)
+        };
+        let (mut slots, mut slots_narrow) = ([0; 5], [0; 5]);
+        for (i, &n) in TMA_ROWS.iter().enumerate() {
+            slots[i] = resident(n, 128)?;
+            if TMA_NARROW_ROWS.contains(&n) {
+                slots_narrow[i] = resident(n, 64)?;
+            }
         }
         let off = |name| std::env::var(name).is_ok_and(|v| v == "0");
         let number = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&v| v > 0);
         Ok(TmaPlan {
             enabled: !off("PLUMB_CUDA_TMA"),
+            sms,
             slots,
+            slots_narrow,
+            narrow: !off("PLUMB_CUDA_TMA_NARROW"),
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
             max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(128),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
@@ -81,9 +114,19 @@ impl TmaPlan {
         tma_kernel(rows, self.max_rows)
     }
 
-    /// Blocks to launch for `tasks` tasks of instance `i`.
-    pub(crate) fn grid(&self, i: usize, tasks: usize) -> usize {
-        if self.persistent { tasks.min(self.slots[i]) } else { tasks }
+    /// The feature tile of a whole-K call of `row_tiles` row tiles on instance `i` over `tiles`
+    /// tiles of 128 features: 64 where the 128-feature tasks would leave SMs without one and a
+    /// 64-feature instance exists (more tasks, each reading its weight rows at one SM's pace),
+    /// else 128. A free choice: every instance computes the same bits.
+    pub(crate) fn feature_tile(&self, i: usize, row_tiles: usize, tiles: usize) -> usize {
+        let narrow = self.narrow && self.slots_narrow[i] > 0 && row_tiles * tiles < self.sms;
+        if narrow { 64 } else { 128 }
+    }
+
+    /// Blocks to launch for `tasks` tasks of instance `i` with `ft` features a task.
+    pub(crate) fn grid(&self, i: usize, ft: usize, tasks: usize) -> usize {
+        let slots = if ft == 64 { self.slots_narrow[i] } else { self.slots[i] };
+        if self.persistent { tasks.min(slots) } else { tasks }
     }
 }
 
@@ -127,7 +170,21 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
 
 #[cfg(test)]
 mod tests {
-    use super::tma_kernel;
+    use super::{tma_kernel, tma_smem, tma_smem_of};
+
+    #[test]
+    fn instances_are_sized_by_their_name() {
+        assert_eq!(tma_smem_of("linear_tma_bf16_n64"), Some(tma_smem(64, 128)));
+        assert_eq!(tma_smem_of("linear_tma_bf16_n64_f64"), Some(6 * (64 * 128 + 64 * 128) + 1024));
+        assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
+        assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
+        // Two blocks of each few-row instance fit an H200 SM's 227 KB.
+        for n in [8, 16, 32, 64] {
+            for ft in [64, 128] {
+                assert!(2 * tma_smem(n, ft) <= 227 * 1024, "n{n} f{ft}");
+            }
+        }
+    }
 
     #[test]
     fn the_instance_is_the_smallest_that_holds_the_rows_within_the_cap() {

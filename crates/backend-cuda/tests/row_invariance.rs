@@ -62,16 +62,19 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     // bf16 weights run on the tensor cores: up to 64 rows on the decode kernel
     // (kernels/linear_mma.cu), which at K = 8192 (32 chunks) and 40 features splits K into 32
     // blocks whose partials the last to arrive folds; more rows on the wgmma kernel
-    // (kernels/linear_wgmma.cu). Every path must give a row the same bits.
-    let (n, k) = (40, 8192);
-    let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
-    let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-    check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {
-        let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
-        let mut out = b.tensor(rows.len(), n);
-        b.linear(&xt, &w, &mut out);
-        b.download(&out)
-    });
+    // (kernels/linear_wgmma.cu). Every path must give a row the same bits. On the TMA kernels,
+    // 32 and 64 rows of these narrow weights keep whole K on tasks of 64 features
+    // (`linear_tma_bf16_n{32,64}_f64`); 200 features end in a partial 64-feature tile.
+    for (n, k) in [(40, 8192), (200, 1280)] {
+        let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
+        let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
+        check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {
+            let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
+            let mut out = b.tensor(rows.len(), n);
+            b.linear(&xt, &w, &mut out);
+            b.download(&out)
+        });
+    }
 }
 
 /// With bf16 weights loaded, `rms_norm` (and `silu_mul`) writes the rounded copy of its output the next

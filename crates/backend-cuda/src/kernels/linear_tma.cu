@@ -1,17 +1,20 @@
 // linear on Hopper's tensor cores, warp-specialised and fed by TMA: `linear_tma_bf16_n{8,16,32,64,
-// 128}`, the production kernels for every row count on Hopper. The canonical arithmetic is the one
+// 128}` (128 features a task) and `linear_tma_bf16_n{16,32,64}_f64` (64 features a task, for
+// weights with too few 128-feature tiles to fill the device), the production kernels for every
+// row count on Hopper. The canonical arithmetic is the one
 // linear_mma.cu defines, and the one its mma.sync decode kernels and linear_wgmma.cu's cp.async-fed
 // kernel compute (those stay for measuring against: PLUMB_CUDA_TMA=0). Uses linear_wgmma.cu's
 // WG_KS (64 of K per stage) and smem_addr.
 //
-// A task is 128 features x N rows over the chunks [split * chunks_per_split, ...) of K; a block
+// A task is FT features x N rows over the chunks [split * chunks_per_split, ...) of K; a block
 // (nine warps, 288 threads) walks tasks (persistent: as many blocks as the device keeps
 // resident). Warp 8 is the producer: one of its threads copies each stage (64 of K) of the task's
-// 128 weight rows and N activation rows with TMA bulk tensor copies (128-byte swizzle; zeros past
+// FT weight rows and N activation rows with TMA bulk tensor copies (128-byte swizzle; zeros past
 // the last feature, row and K) into a ring of STAGES buffers, announcing each on its `full`
 // mbarrier (transaction bytes), and goes on to the next task's stages while the consumers store.
-// Warpgroups 0 and 1 consume: each waits for a stage, issues its 4 wgmma k16 steps (its 64
-// features as A, the N rows as B: m64nNk16) and gives the buffer back on its `empty` mbarrier (one
+// Warpgroups 0 and 1 consume: each waits for a stage, issues its 4 wgmma k16 steps (FT = 128: its
+// 64 features as A, the N rows as B, m64nNk16; FT = 64: the task's 64 features as A, its half of
+// the N rows as B, m64n(N/2)k16) and gives the buffer back on its `empty` mbarrier (one
 // arrival per consumer warp) once the steps reading it have completed. No block-wide barrier in
 // the main loop, so the tensor cores never wait for staging. A chunk's partial starts with
 // scale-d = 0 (tests/mma_probe.rs: the same bits as zeroed accumulators, and a wgmma of any N the
@@ -21,7 +24,6 @@
 // given (they count arrivals, never add values; that block resets its counter), else by
 // `fold_chunks` after the kernel. The same fold either way, so the split changes no bit.
 
-#define TMA_TILE_BYTES (128 * 128)
 
 // K-major operand with 128-byte swizzle: rows of 64 bf16 (128 bytes), 8-row atoms 1024 bytes
 // apart; a k16 step inside the row starts 32 bytes further.
@@ -139,21 +141,28 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
 }
 #endif
 
-// Stages of a block with N rows: six for the prefill tile (one block per SM), else as many as
-// leave room for two blocks per SM. `tma::tma_smem` sizes the launch from the same table: change both.
-__host__ __device__ constexpr int tma_stages(int n) { return n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5; }
-__host__ __device__ constexpr int tma_stage_bytes(int n) { return TMA_TILE_BYTES + n * 128; }
+// Stages of a block with N rows and FT features: six for the prefill tile (one block per SM),
+// else as many as leave room for two blocks per SM. `tma::tma_smem` sizes the launch from the same
+// table: change both.
+__host__ __device__ constexpr int tma_stages(int n, int ft) {
+    return ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
+}
+__host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
 
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N>
+template <int N, int FT>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
                                            float* __restrict__ part, u32* __restrict__ counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int STAGES = tma_stages(N), STAGE = tma_stage_bytes(N), SPC = MMA_KC / WG_KS;
+    // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
+    // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
+    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), SPC = MMA_KC / WG_KS;
+    constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
+    static_assert(FT == 128 || (FT == 64 && N >= 16), "64-feature tasks split at least 16 rows");
     extern __shared__ __align__(128) u8 smem[];
     __shared__ __align__(8) u64 bars[2 * STAGES];
     __shared__ int is_last;
@@ -164,10 +173,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
-    const int tasks = row_tiles * splits * ((n0 + 127) / 128 + (n1 + 127) / 128 + (n2 + 127) / 128);
+    const int tasks = row_tiles * splits * ((n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT);
     const bool split = splits > 1;
     // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
-    // chunks of one split, 128 features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
+    // chunks of one split, FT features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
     // (persistent: the producer stages the next task while the consumers store this one).
     auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft) {
         r0 = (t % row_tiles) * N;
@@ -191,15 +200,15 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
                 int r0, c_lo, c_hi, ft;
                 task(t, r0, c_lo, c_hi, ft);
-                const Seg sg = seg_of(ft, 128, n0, n1);
+                const Seg sg = seg_of(ft, FT, n0, n1);
                 const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
                     const int b = i % STAGES;
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
                     mbar_expect_tx(full, STAGE);
-                    tma_load_2d(dst, wmap, s * WG_KS, sg.u * 128, full);
-                    tma_load_2d(dst + TMA_TILE_BYTES, &xmap, s * WG_KS, r0, full);
+                    tma_load_2d(dst, wmap, s * WG_KS, sg.u * FT, full);
+                    tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
                 }
             }
         }
@@ -213,21 +222,25 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         int r0, c_lo, c_hi, ft;
         task(t, r0, c_lo, c_hi, ft);
         // This tile's weight has n_out features; the thread's first is m0 of them, and m0 + f_all
-        // of the launch's (`part` holds all the weights' features end to end).
-        const Seg sg = seg_of(ft, 128, n0, n1);
+        // of the launch's (`part` holds all the weights' features end to end). Its rows start at
+        // n0w: the task's first, or its second half's for warpgroup 1 of a 64-feature task.
+        const Seg sg = seg_of(ft, FT, n0, n1);
         const int n_out = pick3(sg.s, n0, n1, n2);
-        const int m0 = sg.u * 128 + 64 * wg + 16 * warp + g;
-        float d[N / 2], acc[N / 2];
+        const int m0 = sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
+        const int n0w = r0 + (FT == 128 ? 0 : wg * NW);
+        float d[NW / 2], acc[NW / 2];
         for (int c = c_lo; c < c_hi; c++) {
 #pragma unroll
             for (int q = 0; q < SPC; q++, i++) {
                 const int b = i % STAGES;
                 mbar_wait(full0 + 8 * b, (i / STAGES) & 1);
-                const u32 a = base + b * STAGE + wg * (64 * 128), x = base + b * STAGE + TMA_TILE_BYTES;
+                // A warpgroup's rows of x start at a multiple of 8 rows (1,024 bytes: whole swizzle atoms).
+                const u32 a = base + b * STAGE + (FT == 128 ? wg * (64 * 128) : 0);
+                const u32 x = base + b * STAGE + W_BYTES + (FT == 128 ? 0 : wg * (NW * 128));
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                 for (int step = 0; step < WG_KS / 16; step++)
-                    wgmma_n<N>(d, tma_desc(a + 32 * step), tma_desc(x + 32 * step), q + step > 0);
+                    wgmma_n<NW>(d, tma_desc(a + 32 * step), tma_desc(x + 32 * step), q + step > 0);
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                 if (q > 0) {
                     // The previous stage's steps have completed: its buffer goes back to the producer.
@@ -239,23 +252,23 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             if (lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
             if (split) {
 #pragma unroll
-                for (int e = 0; e < N / 2; e++) {
-                    const int m = m0 + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+                for (int e = 0; e < NW / 2; e++) {
+                    const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
                     if (m < n_out && n < num_rows)
                         part[((u64)c * num_rows + n) * n_all + pick3(sg.s, 0, n0, n0 + n1) + m] = d[e];
                 }
             } else {
 #pragma unroll
-                for (int e = 0; e < N / 2; e++) acc[e] = __fadd_rn(c == c_lo ? 0.0f : acc[e], d[e]);
+                for (int e = 0; e < NW / 2; e++) acc[e] = __fadd_rn(c == c_lo ? 0.0f : acc[e], d[e]);
             }
         }
         // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
-        // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the task's N.
+        // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the warpgroup's NW.
         float* out = pick3(sg.s, out0, out1, out2);
         if (!split) {
 #pragma unroll
-            for (int e = 0; e < N / 2; e++) {
-                const int m = m0 + 8 * ((e / 2) % 2), n = r0 + 8 * (e / 4) + 2 * t4 + e % 2;
+            for (int e = 0; e < NW / 2; e++) {
+                const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
                 if (m < n_out && n < num_rows) out[(u64)n * n_out + m] = acc[e];
             }
             continue;
@@ -270,8 +283,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (!is_last) continue;
         __threadfence();
-        for (int j = threadIdx.x; j < num_rows * 128; j += 256) {
-            const int n = j / 128, m = sg.u * 128 + j % 128;
+        for (int j = threadIdx.x; j < num_rows * FT; j += 256) {
+            const int n = j / FT, m = sg.u * FT + j % FT;
             if (m >= n_out) continue;
             const int f_all = pick3(sg.s, 0, n0, n0 + n1);
             out[(u64)n * n_out + m] = fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks);
@@ -295,18 +308,21 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
         fold_column(part + i, (u64)num_rows * n_all, num_chunks);
 }
 
-#define LINEAR_TMA(N, BLOCKS)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(288, BLOCKS) linear_tma_bf16_n##N(                                 \
+#define LINEAR_TMA(N, FT, NAME, BLOCKS)                                                                            \
+    extern "C" __global__ void __launch_bounds__(288, BLOCKS) linear_tma_bf16_##NAME(                               \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
         u32* __restrict__ counters) {                                                                              \
         PDL_ENTRY();                                                                                               \
-        linear_tma<N>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in, chunks_per_split,   \
+        linear_tma<N, FT>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in, chunks_per_split,   \
                       part, counters);                                                                             \
     }
-LINEAR_TMA(8, 2)
-LINEAR_TMA(16, 2)
-LINEAR_TMA(32, 2)
-LINEAR_TMA(64, 2)
-LINEAR_TMA(128, 1)
+LINEAR_TMA(8, 128, n8, 2)
+LINEAR_TMA(16, 128, n16, 2)
+LINEAR_TMA(32, 128, n32, 2)
+LINEAR_TMA(64, 128, n64, 2)
+LINEAR_TMA(128, 128, n128, 1)
+LINEAR_TMA(16, 64, n16_f64, 2)
+LINEAR_TMA(32, 64, n32_f64, 2)
+LINEAR_TMA(64, 64, n64_f64, 2)

@@ -6,7 +6,7 @@ use plumb_backend_cuda::CudaBackend;
 use plumb_core::{Backend, GgmlType, HostBytes, WeightSource};
 use plumb_verify::inputs::{Rng, weight_bytes};
 
-pub const MS: [usize; 12] = [1, 2, 3, 7, 8, 9, 16, 64, 255, 256, 257, 4096];
+pub const MS: [usize; 13] = [1, 2, 3, 7, 8, 9, 16, 32, 64, 255, 256, 257, 4096];
 pub const MAX_M: usize = 4096;
 
 /// The rows of a batch of `m` compared with their solo run: all of a small batch, a spread of a
