@@ -135,6 +135,9 @@ pub struct CudaBackend {
     /// Whether decode rows split their context over blocks, one per split of the attention
     /// kernel's form (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
     pub(crate) attention_split_kv: bool,
+    /// Positions per split of the tensor-core attention's canonical form (`ops::ATM_SPLIT`, or
+    /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
+    pub(crate) atm_split: usize,
     /// Whether a weight on the tensor cores has been loaded (`rms_norm` then writes the rounded
     /// copy of its output those weights take; `PLUMB_CUDA_NORM_ROUND=0` turns that off).
     pub(crate) mma_weights: AtomicBool,
@@ -263,6 +266,7 @@ impl CudaBackend {
             kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
+            atm_split: ops::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),

@@ -25,10 +25,28 @@ pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
 pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 /// (row, head) pairs of one tensor-core attention walk: 4 warps of 16.
 const ATM_PAIRS: usize = 64;
-/// Positions per split of the tensor-core attention's canonical form (`ATM_SPLIT`) and of the
+/// Positions per split of the tensor-core attention's canonical form unless
+/// `PLUMB_CUDA_ATM_SPLIT` names another multiple of a tile (`CudaBackend::atm_split`), and of the
 /// f32 kernel's (`ATT_SPLIT`: a tile).
-const ATM_SPLIT: usize = 256;
+pub(crate) const ATM_SPLIT: usize = 256;
 const ATT_SPLIT: usize = 64;
+
+/// The tensor-core attention's split length from `PLUMB_CUDA_ATM_SPLIT` (a positive multiple of
+/// 64 positions), else `ATM_SPLIT`. Part of the canonical form: it is read once, when the backend
+/// is made, and every row of every batch takes it.
+pub(crate) fn atm_split_from(var: Option<&str>) -> Result<usize, crate::CudaError> {
+    match var {
+        None => Ok(ATM_SPLIT),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 && n.is_multiple_of(64) => Ok(n),
+            _ => Err(crate::CudaError::BadSetting {
+                name: "PLUMB_CUDA_ATM_SPLIT",
+                value: v.to_owned(),
+                expected: "a positive multiple of 64 positions",
+            }),
+        },
+    }
+}
 /// Shared memory of a tensor-core attention block: two buffers of the K and V tiles and each
 /// warp's q pieces (2 for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes`
 /// in attention_mma.cu.
@@ -455,7 +473,7 @@ impl AttentionOps for CudaBackend {
         } else {
             (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
         };
-        let split_len = if mma { ATM_SPLIT } else { ATT_SPLIT };
+        let split_len = if mma { self.atm_split } else { ATT_SPLIT };
         let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
         let splits = (rows_per_block == 1 && self.attention_split_kv)
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
@@ -482,6 +500,8 @@ impl AttentionOps for CudaBackend {
             .i32(rows_per_block as i32);
         // The split workspace (0: the walk folds the splits itself).
         let l = l.ptr(part.as_ref().map_or(0, |p| p.ptr)).i32(splits.unwrap_or(1) as i32);
+        // The tensor-core kernel takes its split length.
+        let l = if mma { l.i32(split_len as i32) } else { l };
         self.submit(l);
         if let (Some(part), Some(splits)) = (part, splits) {
             let pairs = padded * num_heads;
@@ -523,5 +543,17 @@ mod tests {
         // f32 kernel's one-tile splits stop at 2,048 positions there (512 blocks walk instead).
         assert_eq!(last, Some(2048));
         assert_eq!(split_kv(64 * 32, 128, 8192, 256), Some(32));
+    }
+
+    #[test]
+    fn the_tensor_core_split_is_a_multiple_of_a_tile() {
+        use super::{ATM_SPLIT, atm_split_from};
+        assert_eq!(atm_split_from(None).unwrap(), ATM_SPLIT);
+        assert_eq!(atm_split_from(Some("64")).unwrap(), 64);
+        assert_eq!(atm_split_from(Some("1024")).unwrap(), 1024);
+        for bad in ["0", "96", "-64", "x", ""] {
+            let e = atm_split_from(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("PLUMB_CUDA_ATM_SPLIT") && e.contains("multiple of 64"), "{bad}: {e}");
+        }
     }
 }

@@ -10,7 +10,8 @@
 // as the f16 store itself does.)
 //
 // The canonical arithmetic of one (row, head) at absolute position p (tiles of ATT_TILE and
-// splits of ATM_SPLIT at absolute multiples; its own form, not attention.cu's):
+// splits of `split_len` positions at absolute multiples, a multiple of ATT_TILE fixed per backend
+// (`PLUMB_CUDA_ATM_SPLIT`, default 256); its own form, not attention.cu's):
 // - Scores of a tile: for each 8 positions, one chain of mma m16n8k16 steps onto a zero f32
 //   accumulator, over the head's 16-dim steps in ascending order, q's pieces in order within a
 //   step; times `scale`. An mma output element depends on its own row and column only.
@@ -36,7 +37,6 @@
 
 #define ATM_WARPS 4
 #define ATM_M 16
-#define ATM_SPLIT 256
 
 template <int ST> struct Mma16;
 template <> struct Mma16<KV_F16> {
@@ -93,7 +93,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                                                    const u8* __restrict__ v_cache, const u32* __restrict__ meta,
                                                    int num_rows, int num_heads, int num_kv_heads, int block_size,
                                                    float scale, float* __restrict__ out, int rows_per_block,
-                                                   float* __restrict__ part, int num_splits) {
+                                                   float* __restrict__ part, int num_splits, int split_len) {
     using M = Mma16<ST>;
     constexpr int P = M::PIECES;
     constexpr int RS = HD * 2 + 16;  // bytes per staged row
@@ -124,8 +124,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             int ctx_max = 0;
             for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
             // The positions this block walks: all, or split z's.
-            const int t_begin = part ? (int)blockIdx.z * ATM_SPLIT : 0;
-            const int t_end = part ? min(ctx_max, t_begin + ATM_SPLIT) : ctx_max;
+            const int t_begin = part ? (int)blockIdx.z * split_len : 0;
+            const int t_end = part ? min(ctx_max, t_begin + split_len) : ctx_max;
             if (t_begin >= t_end) continue;  // block-uniform: no split z for these rows
 
             // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
@@ -263,7 +263,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                     }
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        if (!live[h] || ((t0 + ATT_TILE) % ATM_SPLIT != 0 && t0 + ATT_TILE < ctx[h])) continue;
+                        if (!live[h] || ((t0 + ATT_TILE) % split_len != 0 && t0 + ATT_TILE < ctx[h])) continue;
                         if (part) {
                             // This split's state, for attention_merge.
                             float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + blockIdx.z) * (HD + 2);
@@ -310,9 +310,10 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
     extern "C" __global__ void __launch_bounds__(ATM_WARPS * 32)                                                  \
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
-                                    float* out, int rows_per_block, float* part, int num_splits) { PDL_ENTRY();                \
+                                    float* out, int rows_per_block, float* part, int num_splits, int split_len) { \
+        PDL_ENTRY();                                                                                             \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
-                                   scale, out, rows_per_block, part, num_splits);                                 \
+                                   scale, out, rows_per_block, part, num_splits, split_len);                      \
     }
 #define ATTENTION_MMA_KERNELS(HD)              \
     ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
@@ -322,8 +323,8 @@ ATTENTION_MMA_KERNELS(96)
 ATTENTION_MMA_KERNELS(128)
 
 // The splits' states of each (row, head), folded in split order as the walk folds them, then
-// out = total / l: for both attention kernels, whose splits are `split_len` positions (ATM_SPLIT,
-// ATT_SPLIT). One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 256).
+// out = total / l: for both attention kernels, whose splits are `split_len` positions (the
+// tensor-core kernel's `split_len`, attention.cu's ATT_SPLIT). One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 256).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
                                            int num_heads, int head_dim, int num_splits, int split_len,
                                            float* __restrict__ out) {
