@@ -31,6 +31,10 @@ const ATM_PAIRS: usize = 64;
 pub(crate) const ATM_SPLIT: usize = 256;
 const ATT_SPLIT: usize = 64;
 
+/// Unsplit attention blocks per SM from which decode rows walk their context instead of splitting
+/// it over blocks (`attention`): the tensor-core kernel keeps two blocks resident per SM.
+const ATTENTION_FILL_BLOCKS_PER_SM: usize = 2;
+
 /// The tensor-core attention's split length from `PLUMB_CUDA_ATM_SPLIT` (a positive multiple of
 /// 64 positions), else `ATM_SPLIT`. Part of the canonical form: it is read once, when the backend
 /// is made, and every row of every batch takes it.
@@ -475,7 +479,11 @@ impl AttentionOps for CudaBackend {
         };
         let split_len = if mma { self.atm_split } else { ATT_SPLIT };
         let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        let splits = (rows_per_block == 1 && self.attention_split_kv)
+        // Split-KV only while the unsplit blocks would leave the device short of two a SM: at 64
+        // decode rows of the 8B (512 blocks) splitting lost 3% (5,372 steady tokens/s against
+        // 5,546 walking, receipts/bench-cuda-llama8b-attention-splits.txt). Same bits either way.
+        let fills = padded * spec.num_kv_heads >= ATTENTION_FILL_BLOCKS_PER_SM * self.tma.sms;
+        let splits = (rows_per_block == 1 && self.attention_split_kv && !fills)
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
             .flatten();
         let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
