@@ -19,6 +19,48 @@ pub struct GraphStats {
     pub num_eager: u64,
 }
 
+/// How one recorded step was submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    Replayed,
+    Captured,
+    Eager,
+}
+
+/// Why recorded steps ran launch by launch although their key had a list before: per (rows of
+/// the key, index of the first op that differed, its kernel's CUfunction or 0 for a copy, what
+/// differed), how many steps. Kept for `PLUMB_CUDA_STEP_TIMES=1`'s report.
+pub type Misses = HashMap<(usize, usize, usize, String), u64>;
+
+/// The first op of `now` that differs from `before`: (its index, its kernel's CUfunction or 0,
+/// what differs in words), or None when the lists are equal.
+pub fn first_difference(now: &[Op], before: &[Op]) -> Option<(usize, usize, String)> {
+    for (i, (a, b)) in now.iter().zip(before).enumerate() {
+        let what = match (a, b) {
+            (Op::Kernel(x), Op::Kernel(y)) => x.difference(y).map(|w| (x.func(), w)),
+            (Op::HtoD { dst, src, bytes }, Op::HtoD { dst: d, src: s, bytes: n }) => {
+                let w = if dst != d {
+                    Some("copy destination")
+                } else if src != s {
+                    Some("copy source")
+                } else if bytes != n {
+                    Some("copy size")
+                } else {
+                    None
+                };
+                w.map(|w| (0, w.to_string()))
+            }
+            (Op::Kernel(x), Op::HtoD { .. }) => Some((x.func(), "a launch where a copy was".to_string())),
+            (Op::HtoD { .. }, Op::Kernel(_)) => Some((0, "a copy where a launch was".to_string())),
+        };
+        if let Some((func, what)) = what {
+            return Some((i, func, what));
+        }
+    }
+    (now.len() != before.len())
+        .then(|| (now.len().min(before.len()), 0, format!("{} ops against {}", now.len(), before.len())))
+}
+
 /// A graph and the launches it was captured from.
 struct Captured {
     ops: Vec<Op>,
@@ -45,6 +87,9 @@ pub struct Graphs {
     pub stats: Arc<std::sync::Mutex<GraphStats>>,
     /// Set when a capture failed: graphs stay off for the rest of the backend's life.
     pub broken: bool,
+    /// Why steps of a key that had a list ran eagerly (counted only when `track_misses`).
+    pub misses: Misses,
+    pub track_misses: bool,
 }
 
 fn count(stats: &std::sync::Mutex<GraphStats>, f: impl FnOnce(&mut GraphStats)) {
@@ -64,13 +109,14 @@ impl Graphs {
         *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn submit(&mut self, key: GraphKey, ops: Vec<Op>, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+    pub fn submit(&mut self, key: GraphKey, ops: Vec<Op>, stream: &Arc<CudaStream>) -> Result<Submitted, DriverError> {
         let entry = self.entries.entry(key).or_default();
         if let Some(c) = &entry.captured
             && c.ops == ops
         {
             count(&self.stats, |s| s.num_replayed += 1);
-            return c.graph.launch();
+            c.graph.launch()?;
+            return Ok(Submitted::Replayed);
         }
         if !self.broken && entry.last == ops {
             match capture(&ops, stream) {
@@ -83,7 +129,7 @@ impl Graphs {
                     entry.captured = Some(Captured { ops, graph });
                     entry.last.clear();
                     count(&self.stats, |s| s.num_captured += 1);
-                    return Ok(());
+                    return Ok(Submitted::Captured);
                 }
                 Err(e) => {
                     self.broken = true;
@@ -94,9 +140,18 @@ impl Graphs {
         for op in &ops {
             execute(op, stream)?;
         }
+        if self.track_misses {
+            // Against the graph when there is one, else against the last list.
+            let before = entry.captured.as_ref().map_or(&entry.last, |c| &c.ops);
+            if !before.is_empty()
+                && let Some((i, func, what)) = first_difference(&ops, before)
+            {
+                *self.misses.entry((key.0, i, func, what)).or_default() += 1;
+            }
+        }
         entry.last = ops;
         count(&self.stats, |s| s.num_eager += 1);
-        Ok(())
+        Ok(Submitted::Eager)
     }
 }
 
@@ -123,5 +178,33 @@ pub fn execute(op: &Op, stream: &CudaStream) -> Result<(), DriverError> {
         Op::HtoD { dst, src, bytes } => unsafe {
             sys::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, stream.cu_stream()).result()
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_difference;
+    use crate::launch::test_launch;
+    use crate::step::Op;
+
+    #[test]
+    fn the_first_difference_of_two_lists_is_named_with_its_place() {
+        let a = [
+            Op::Kernel(test_launch(1, 4).ptr(8)),
+            Op::HtoD { dst: 16, src: 32, bytes: 64 },
+            Op::Kernel(test_launch(2, 1)),
+        ];
+        assert_eq!(first_difference(&a, &a), None);
+        let mut b = a;
+        b[2] = Op::Kernel(test_launch(2, 1).i32(5));
+        assert_eq!(first_difference(&b, &a), Some((2, 2, "argument count".into())));
+        b = a;
+        b[1] = Op::HtoD { dst: 16, src: 40, bytes: 64 };
+        assert_eq!(first_difference(&b, &a), Some((1, 0, "copy source".into())));
+        b = a;
+        b[0] = Op::Kernel(test_launch(1, 4).ptr(9));
+        assert_eq!(first_difference(&b, &a), Some((0, 1, "argument 0".into())));
+        assert_eq!(first_difference(&a[..2], &a), Some((2, 0, "2 ops against 3".into())));
+        assert_eq!(first_difference(&a[1..], &a).map(|d| (d.0, d.2)), Some((0, "a copy where a launch was".into())));
     }
 }

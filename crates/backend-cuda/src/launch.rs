@@ -98,6 +98,37 @@ impl Launch {
         self.push(v.to_bits() as u64)
     }
 
+    /// What first differs between this launch and `other`, in words ("kernel", "grid", "block",
+    /// "shared memory", "argument count", "argument N"), or None when they are equal: why a
+    /// recorded step did not replay its graph (`graph::first_difference`).
+    pub fn difference(&self, other: &Launch) -> Option<String> {
+        if self == other {
+            return None;
+        }
+        if self.func != other.func {
+            return Some("kernel".into());
+        }
+        if self.grid != other.grid {
+            return Some(format!("grid {:?} against {:?}", self.grid, other.grid));
+        }
+        if self.block != other.block {
+            return Some("block".into());
+        }
+        if self.smem != other.smem {
+            return Some("shared memory".into());
+        }
+        if (self.num_args, self.num_slots) != (other.num_args, other.num_slots) {
+            return Some("argument count".into());
+        }
+        let end = |i: usize| if i + 1 < self.num_args { self.starts[i + 1] as usize } else { self.num_slots };
+        (0..self.num_args)
+            .find(|&i| {
+                let range = self.starts[i] as usize..end(i);
+                self.starts[i] != other.starts[i] || self.slots[range.clone()] != other.slots[range]
+            })
+            .map(|i| format!("argument {i}"))
+    }
+
     /// Queues the launch on `stream` (or records it into the graph `stream` is capturing).
     ///
     /// # Safety
@@ -148,9 +179,49 @@ impl Launch {
     }
 }
 
+/// A launch of the kernel at address `func` on `grid` blocks, made without a device (tests).
+#[cfg(test)]
+pub(crate) fn test_launch(func: usize, grid: u32) -> Launch {
+    Launch {
+        func,
+        grid: (grid, 1, 1),
+        block: (128, 1, 1),
+        smem: 0,
+        num_args: 0,
+        num_slots: 0,
+        starts: [0; MAX_ARGS],
+        slots: [0; MAX_SLOTS],
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{MAX_ARGS, MAX_SLOTS};
+    use super::{MAX_ARGS, MAX_SLOTS, test_launch as launch};
+
+    #[test]
+    fn a_difference_names_the_first_field_that_differs() {
+        let map = cudarc::driver::sys::CUtensorMap { opaque: [7; 16] };
+        let a = launch(1, 4).ptr(0x1000).tensor_map(&map).i32(3).f32(0.5);
+        assert_eq!(a.difference(&a), None);
+        assert_eq!(a.difference(&launch(2, 4).ptr(0x1000).tensor_map(&map).i32(3).f32(0.5)).as_deref(), Some("kernel"));
+        assert!(a.difference(&launch(1, 5).ptr(0x1000).tensor_map(&map).i32(3).f32(0.5)).unwrap().starts_with("grid"));
+        assert_eq!(a.difference(&launch(1, 4).ptr(0x1000).tensor_map(&map).i32(3)).as_deref(), Some("argument count"));
+        assert_eq!(
+            a.difference(&launch(1, 4).ptr(0x2000).tensor_map(&map).i32(3).f32(0.5)).as_deref(),
+            Some("argument 0")
+        );
+        let other_map = cudarc::driver::sys::CUtensorMap { opaque: [8; 16] };
+        let b = launch(1, 4).ptr(0x1000).tensor_map(&other_map).i32(3).f32(0.5);
+        assert_eq!(a.difference(&b).as_deref(), Some("argument 1"));
+        assert_eq!(
+            a.difference(&launch(1, 4).ptr(0x1000).tensor_map(&map).i32(4).f32(0.5)).as_deref(),
+            Some("argument 2")
+        );
+        assert_eq!(
+            a.difference(&launch(1, 4).ptr(0x1000).tensor_map(&map).i32(3).f32(1.5)).as_deref(),
+            Some("argument 3")
+        );
+    }
 
     /// The parameter counts of every `__global__` function in `src`, macro bodies included.
     fn parameter_counts(src: &str) -> Vec<(String, usize)> {

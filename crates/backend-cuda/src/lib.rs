@@ -247,10 +247,11 @@ impl CudaBackend {
         let graphs_enabled = std::env::var("PLUMB_CUDA_GRAPHS").ok().is_none_or(|v| v != "0") && profiler.is_none();
         Ok(CudaBackend {
             pool: Arc::new(Mutex::new(Pool::new(ctx.clone()))),
-            state: Mutex::new(step_state::State {
-                profile: profiler,
-                step_times: profile::StepTimer::from_env(),
-                ..Default::default()
+            state: Mutex::new({
+                let step_times = profile::StepTimer::from_env();
+                let mut graphs = graph::Graphs::default();
+                graphs.track_misses = step_times.is_some();
+                step_state::State { profile: profiler, step_times, graphs, ..Default::default() }
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
@@ -431,12 +432,14 @@ impl Drop for CudaBackend {
         // Graphs go before the module whose kernels they launch; let queued work finish first.
         let _ = self.stream.synchronize();
         if let Ok(mut st) = self.state.lock() {
+            let misses = std::mem::take(&mut st.graphs.misses);
             st.graphs = graph::Graphs::default();
             if let Some(p) = st.profile.as_mut() {
                 eprint!("{}", p.report(&self.kernels));
             }
             if let Some(t) = st.step_times.as_mut() {
                 eprint!("{}", t.report());
+                eprint!("{}", profile::misses_report(&misses, &self.kernels));
             }
         }
     }

@@ -6,6 +6,7 @@
 //! backend is dropped it prints each kernel's launches, GPU time and share to stderr, widest first.
 //! The events change no launch and no result, only add a little host time per launch.
 
+use crate::graph::{Misses, Submitted};
 use crate::launch::Launch;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, sys};
 use std::collections::HashMap;
@@ -107,7 +108,7 @@ impl Profiler {
 pub struct StepTimer {
     /// The current step's start and bucket, and when its recording was submitted.
     started: Option<(std::time::Instant, usize)>,
-    pending: Vec<(usize, f64, f64, CudaEvent, CudaEvent)>,
+    pending: Vec<(usize, f64, f64, Submitted, CudaEvent, CudaEvent)>,
     totals: std::collections::BTreeMap<usize, BucketTimes>,
 }
 
@@ -121,6 +122,8 @@ struct BucketTimes {
     record: f64,
     submit: f64,
     gpu: f64,
+    /// Steps replayed, captured and run launch by launch.
+    ways: [u64; 3],
 }
 
 impl StepTimer {
@@ -143,28 +146,29 @@ impl StepTimer {
         &mut self,
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
-        submit: impl FnOnce() -> Result<(), cudarc::driver::DriverError>,
-    ) -> Result<(), cudarc::driver::DriverError> {
+        submit: impl FnOnce() -> Result<Submitted, cudarc::driver::DriverError>,
+    ) -> Result<Submitted, cudarc::driver::DriverError> {
         let Some((t0, bucket)) = self.started else { return submit() };
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (start, end) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
         let t1 = std::time::Instant::now();
         start.record(stream)?;
-        submit()?;
+        let way = submit()?;
         end.record(stream)?;
         let t2 = std::time::Instant::now();
-        self.pending.push((bucket, (t1 - t0).as_secs_f64() * 1e6, (t2 - t1).as_secs_f64() * 1e6, start, end));
+        self.pending.push((bucket, (t1 - t0).as_secs_f64() * 1e6, (t2 - t1).as_secs_f64() * 1e6, way, start, end));
         if self.pending.len() >= PENDING {
             self.resolve()?;
         }
-        Ok(())
+        Ok(way)
     }
 
     fn resolve(&mut self) -> Result<(), cudarc::driver::DriverError> {
-        for (bucket, record, submit, start, end) in self.pending.drain(..) {
+        for (bucket, record, submit, way, start, end) in self.pending.drain(..) {
             end.synchronize()?;
             let e = self.totals.entry(bucket).or_default();
             e.steps += 1;
+            e.ways[way as usize] += 1;
             e.record += record;
             e.submit += submit;
             e.gpu += f64::from(start.elapsed_ms(&end)?) * 1e3;
@@ -178,11 +182,15 @@ impl StepTimer {
             return format!("CUDA step times unavailable: {e}\n");
         }
         let mut out = String::from("CUDA step times (PLUMB_CUDA_STEP_TIMES=1), mean us per recorded step\n");
-        out += &format!("{:>6} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "rows", "steps", "wall", "record", "submit", "gpu");
+        out += &format!(
+            "{:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>21}\n",
+            "rows", "steps", "wall", "record", "submit", "gpu", "replayed/captured/eager"
+        );
         for (bucket, t) in &self.totals {
             let n = t.steps.max(1) as f64;
+            let ways = format!("{}/{}/{}", t.ways[0], t.ways[1], t.ways[2]);
             out += &format!(
-                "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1}\n",
+                "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {ways:>21}\n",
                 t.steps,
                 t.wall / t.walled.max(1) as f64,
                 t.record / n,
@@ -192,4 +200,23 @@ impl StepTimer {
         }
         out
     }
+}
+
+/// The recorded steps that ran launch by launch although their key had a list before, grouped by
+/// the first op that differed (`graph::Misses`), most frequent first, named from `kernels`.
+pub fn misses_report(misses: &Misses, kernels: &HashMap<String, CudaFunction>) -> String {
+    if misses.is_empty() {
+        return String::new();
+    }
+    let names: HashMap<usize, &str> = kernels.iter().map(|(n, f)| (f.cu_function() as usize, n.as_str())).collect();
+    let mut rows: Vec<_> = misses.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let mut out =
+        String::from("Recorded steps run launch by launch, by the first op that differed from the key's list\n");
+    out += &format!("{:>6} {:>8} {:>6}  {:<32} {}\n", "rows", "steps", "op", "kernel", "what differed");
+    for ((rows, op, func, what), n) in rows.into_iter().take(16) {
+        let kernel = if *func == 0 { "(copy)" } else { names.get(func).copied().unwrap_or("?") };
+        out += &format!("{rows:>6} {n:>8} {op:>6}  {kernel:<32} {what}\n");
+    }
+    out
 }
