@@ -49,6 +49,6 @@ for line in sys.stdin:
         print(f"staged {out}")
 ' "$DEST"
 strip "$DEST"/*
-cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$DEST/"
+cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/ncu-8b.sh "$DEST/"
 tar -C "$DEST" -cf - . | xz -T2 -3 >"$DEST.tar.xz"
 ls -la "$DEST" "$DEST.tar.xz"
