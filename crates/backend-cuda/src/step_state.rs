@@ -39,6 +39,16 @@ pub struct Rounded {
 }
 
 /// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
+/// The bytes a step's metadata copy moves for `words` words: whole 4 KiB granules. The block
+/// tables grow by a word whenever a lane crosses a KV block (every 16 tokens; at 64 staggered
+/// lanes, about every step), and a copy of the exact size made each step's launch list differ from
+/// the last, so decode steps ran launch by launch instead of replaying their graph. Rounded, the
+/// copy (and the RoPE table staged after it) changes once every 1,024 words.
+pub(crate) fn meta_copy_bytes(words: usize) -> usize {
+    (words * 4).next_multiple_of(META_GRANULE)
+}
+const META_GRANULE: usize = 4096;
+
 fn rope_bytes(padded_rows: usize, head_dim: usize) -> usize {
     padded_rows * head_dim * 4
 }
@@ -138,7 +148,7 @@ impl CudaBackend {
             p.settle();
         }
         let (words, [ids, slots, logits, attn]) = step::pack(batch, padded, pad_block, kv.spec.block_size);
-        let meta_bytes = (words.len() * 4).next_multiple_of(256);
+        let meta_bytes = meta_copy_bytes(words.len());
         let need = meta_bytes + rope_bytes(padded, kv.spec.head_dim);
         let staging = &mut st.staging;
         if let Some(ev) = &staging.copies_done {
@@ -159,7 +169,9 @@ impl CudaBackend {
             staging.copies_done = Some(self.ctx.new_event(None).expect("CUDA event"));
         }
         let host = staging.host.as_mut().expect("staging allocated");
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // The granule's tail is copied too: zeros, never read.
+        bytes.resize(meta_bytes, 0);
         host.as_mut_slice().expect("pinned staging")[..bytes.len()].copy_from_slice(&bytes);
         let src = host.as_ptr().expect("pinned staging") as usize;
         let dev = staging.dev.as_mut().expect("staging allocated").device_ptr_mut(&self.stream).0;
@@ -237,4 +249,22 @@ pub fn rope_rows(positions: &[u32], padded: usize, inv_freq: &[f64]) -> Vec<f32>
         }
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::meta_copy_bytes;
+
+    #[test]
+    fn a_growing_block_table_keeps_the_metadata_copy_the_same_size() {
+        // 64 decode rows: ids, slots, logits rows (64 words each), then per row its position and
+        // table offset and its tables: 36 blocks of 16 tokens at ~576 positions.
+        let base = 3 * 64 + 2 * 64 + 64 * 36;
+        let sizes: Vec<usize> = (0..64).map(|grown| meta_copy_bytes(base + grown)).collect();
+        assert!(sizes.iter().all(|&s| s == sizes[0]), "{sizes:?}");
+        for words in [0, 1, 1023, 1024, 1025, 100_000] {
+            let b = meta_copy_bytes(words);
+            assert!(b >= words * 4 && b.is_multiple_of(4096) && b - words * 4 < 4096, "{words}: {b}");
+        }
+    }
 }
