@@ -269,7 +269,7 @@ impl CudaBackend {
         let i = self.tma.kernel(rows).0;
         let n = TMA_ROWS[i];
         let cols = ws[0].cols;
-        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
+        let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
         let features: usize = ws.iter().map(|w| w.rows).sum();
         let num_chunks = cols.div_ceil(256);
         // A free choice: the fold is the same with any split. Many rows keep whole K per block.
@@ -277,13 +277,13 @@ impl CudaBackend {
             match self.tma.splits {
                 Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
                 None if keeps_whole_k(rows, num_chunks) => num_chunks,
-                None => decode_split(tiles, num_chunks, self.tma.slots[i], rows, self.decode_fill),
+                None => decode_split(tiles_128, num_chunks, self.tma.slots[i], rows, self.decode_fill),
             }
         } else {
             num_chunks
         };
         let splits = num_chunks.div_ceil(per_split);
-        let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles) } else { 128 };
+        let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
         let own = rounded.is_none().then(|| self.rounded(x));

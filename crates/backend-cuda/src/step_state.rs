@@ -38,7 +38,6 @@ pub struct Rounded {
     pub buf: crate::pool::DeviceBuf,
 }
 
-/// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
 /// The bytes a step's metadata copy moves for `words` words: whole 4 KiB granules. The block
 /// tables grow by a word whenever a lane crosses a KV block (every 16 tokens; at 64 staggered
 /// lanes, about every step), and a copy of the exact size made each step's launch list differ from
@@ -49,6 +48,7 @@ pub(crate) fn meta_copy_bytes(words: usize) -> usize {
 }
 const META_GRANULE: usize = 4096;
 
+/// Bytes of pinned staging a step reserves for its RoPE table after the metadata.
 fn rope_bytes(padded_rows: usize, head_dim: usize) -> usize {
     padded_rows * head_dim * 4
 }
