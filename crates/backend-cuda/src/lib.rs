@@ -135,6 +135,9 @@ pub struct CudaBackend {
     /// Whether decode rows split their context over blocks, one per split of the attention
     /// kernel's form (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
     pub(crate) attention_split_kv: bool,
+    /// Whether decode rows on many blocks run one warp a block on the tensor cores (`ops.rs`,
+    /// `attention`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same bits, for measuring).
+    pub(crate) attention_warp_blocks: bool,
     /// Positions per split of the tensor-core attention's canonical form (`ops::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -207,7 +210,7 @@ impl CudaBackend {
                     let (hd, store) =
                         name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
                     let store = KvStore::parse(store).expect("attention kernels are named by their store");
-                    ops::attention_mma_smem(hd.parse().expect("attention kernels are named by head size"), store)
+                    ops::attention_mma_smem(hd.parse().expect("attention kernels are named by head size"), store, 4)
                 }
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
@@ -267,6 +270,7 @@ impl CudaBackend {
             kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
+            attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
             atm_split: ops::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
@@ -378,12 +382,13 @@ impl CudaBackend {
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 10] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 11] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
             ("attention_tensor_cores", self.attention_mma),
             ("attention_split_kv", self.attention_split_kv),
+            ("attention_warp_blocks", self.attention_warp_blocks),
             ("producers_round_bf16", self.norm_round),
             ("programmatic_dependent_launch", launch::pdl()),
             ("fused_add_norm", self.fuse_add),

@@ -32,8 +32,11 @@ pub(crate) const ATM_SPLIT: usize = 256;
 const ATT_SPLIT: usize = 64;
 
 /// Unsplit attention blocks per SM from which decode rows walk their context instead of splitting
-/// it over blocks (`attention`): the tensor-core kernel keeps two blocks resident per SM.
+/// it over blocks (`attention`): the tensor-core kernel keeps two 4-warp blocks resident per SM.
 const ATTENTION_FILL_BLOCKS_PER_SM: usize = 2;
+/// The same for one-warp decode blocks (`attention`), of which four or five fit an SM (44–49 KB
+/// of shared memory each at 128-dim heads).
+const ATTENTION_FILL_WARP_BLOCKS_PER_SM: usize = 3;
 
 /// The tensor-core attention's split length from `PLUMB_CUDA_ATM_SPLIT` (a positive multiple of
 /// 64 positions), else `ATM_SPLIT`. Part of the canonical form: it is read once, when the backend
@@ -51,12 +54,13 @@ pub(crate) fn atm_split_from(var: Option<&str>) -> Result<usize, crate::CudaErro
         },
     }
 }
-/// Shared memory of a tensor-core attention block: two buffers of the K and V tiles and each
-/// warp's q pieces (2 for f16, 3 for bf16), rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes`
-/// in attention_mma.cu.
-pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore) -> usize {
+/// Shared memory of a tensor-core attention block of `warps` warps: the K and V tiles (two
+/// buffers of each, one for a one-warp block) and each warp's q pieces (2 for f16, 3 for bf16),
+/// rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes` in attention_mma.cu.
+pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore, warps: usize) -> usize {
     let pieces = if store == KvStore::F16 { 2 } else { 3 };
-    (4 * 64 + ATT_WARPS * pieces * 16) * (head_dim * 2 + 16)
+    let tiles = if warps == 1 { 2 * 64 } else { 4 * 64 };
+    (tiles + warps * pieces * 16) * (head_dim * 2 + 16)
 }
 /// The most bytes of split states one attention call may keep for `attention_merge` (beyond, its
 /// rows walk their splits on one block each: the same bits).
@@ -469,27 +473,40 @@ impl AttentionOps for CudaBackend {
         let group = num_heads / spec.num_kv_heads;
         let (walk, max_rows) = if mma { (ATM_PAIRS, 64) } else { (ATT_WARPS * ATT_PAIRS, 8) };
         let rows_per_block = if rows >= 4 * batch.lanes.len().max(1) { (walk / group).clamp(1, max_rows) } else { 1 };
+        // Decode rows on at least a block per SM take one-warp blocks on the tensor cores: a decode
+        // row's (row, head) pairs fill one warp's m16 tile at most, and a 4-warp block would leave
+        // three warps idle and its shared memory and registers would keep two blocks an SM (one
+        // live warp each; Nsight Compute on the 64-row 8B step: 12.5% occupancy, 7.3 cycles between
+        // a warp's instructions). The same walk and arithmetic, one tile buffer: the same bits.
+        let warp_blocks = mma
+            && self.attention_warp_blocks
+            && rows_per_block == 1
+            && group <= 16
+            && padded * spec.num_kv_heads >= self.tma.sms;
+        let warps = if warp_blocks { 1 } else { ATT_WARPS };
         let (name, smem) = if mma {
             (
                 format!("attention_mma_{}_{}", spec.head_dim, kv.store.name()),
-                attention_mma_smem(spec.head_dim, kv.store),
+                attention_mma_smem(spec.head_dim, kv.store, warps),
             )
         } else {
             (format!("attention_{}_{}", spec.head_dim, kv.store.name()), attention_smem(spec.head_dim, kv.store))
         };
         let split_len = if mma { self.atm_split } else { ATT_SPLIT };
         let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        // Split-KV only while the unsplit blocks would leave the device short of two a SM: at 64
-        // decode rows of the 8B (512 blocks) splitting lost 3% (5,372 steady tokens/s against
-        // 5,546 walking, receipts/bench-cuda-llama8b-attention-splits.txt). Same bits either way.
-        let fills = padded * spec.num_kv_heads >= ATTENTION_FILL_BLOCKS_PER_SM * self.tma.sms;
+        // Split-KV only while the unsplit blocks would leave the device short of two a SM (three
+        // one-warp blocks): at 64 decode rows of the 8B (512 4-warp blocks) splitting lost 3% (5,372
+        // steady tokens/s against 5,546 walking, receipts/bench-cuda-llama8b-attention-splits.txt).
+        // Same bits either way.
+        let fill = if warp_blocks { ATTENTION_FILL_WARP_BLOCKS_PER_SM } else { ATTENTION_FILL_BLOCKS_PER_SM };
+        let fills = padded * spec.num_kv_heads >= fill * self.tma.sms;
         let splits = (rows_per_block == 1 && self.attention_split_kv && !fills)
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
             .flatten();
         let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
         let cfg = LaunchConfig {
             grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
-            block_dim: (ATT_WARPS as u32 * 32, 1, 1),
+            block_dim: (warps as u32 * 32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // One kernel per head size and store (kernels/attention.cu, attention_mma.cu):

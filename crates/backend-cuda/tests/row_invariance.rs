@@ -6,9 +6,12 @@
 
 #[path = "support/device.rs"]
 mod device;
+#[path = "support/kv.rs"]
+mod kv;
 #[path = "support/rows.rs"]
 mod rows;
 
+use kv::filled_cache;
 use rows::{MAX_M, check_rows, pick, weight};
 
 use plumb_backend_cuda::CudaBackend;
@@ -378,47 +381,6 @@ fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
     (lanes, spec, lens)
 }
 
-/// Writes every lane's history into a fresh cache, `chunk(step)` rows at a time.
-fn filled_cache(
-    b: &CudaBackend,
-    k: &[f32],
-    v: &[f32],
-    lanes: &[LaneView],
-    spec: &KvSpec,
-    lens: [usize; 3],
-    chunk: &dyn Fn(usize) -> usize,
-) -> plumb_backend_cuda::CudaKvCache {
-    let width = spec.num_kv_heads * spec.head_dim;
-    let mut all = ForwardBatch { block_size: spec.block_size, lanes: lanes.to_vec(), ..Default::default() };
-    for (lane, len) in lens.into_iter().enumerate() {
-        for pos in 0..len {
-            all.push_row(lane, 0, pos);
-        }
-    }
-    let mut kv = b.new_kv_cache(spec);
-    let (mut start, mut step) = (0, 0);
-    while start < all.num_rows() {
-        let end = (start + chunk(step)).min(all.num_rows());
-        let part = ForwardBatch {
-            token_ids: all.token_ids[start..end].to_vec(),
-            positions: all.positions[start..end].to_vec(),
-            row_lane: all.row_lane[start..end].to_vec(),
-            slot_mapping: all.slot_mapping[start..end].to_vec(),
-            lanes: lanes.to_vec(),
-            state_slots: vec![],
-            state_snapshots: vec![],
-            logits_rows: vec![],
-            block_size: spec.block_size,
-        };
-        let n = end - start;
-        let (kt, vt) =
-            (b.upload(&k[start * width..end * width], n, width), b.upload(&v[start * width..end * width], n, width));
-        b.write_kv(&mut kv, 0, &kt, &vt, &part);
-        (start, step) = (end, step + 1);
-    }
-    kv
-}
-
 /// Every K/V store: f32 runs the CUDA-core kernel, f16 and bf16 the tensor-core one.
 const STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
 
@@ -438,8 +400,8 @@ fn attention_rows_invariant(b: &CudaBackend, store: KvStore) {
     let total: usize = lens.iter().sum();
     let k = activations(&mut rng, total, width, Spread::Normal);
     let v = activations(&mut rng, total, width, Spread::DynamicRange);
-    let whole = filled_cache(b, &k, &v, &lanes, &spec, lens, &|_| total);
-    let chunked = filled_cache(b, &k, &v, &lanes, &spec, lens, &|s| [1, 7, 64, 3, 255][s % 5]);
+    let whole = filled_cache(b, &k, &v, &lanes, &spec, &lens, &|_| total);
+    let chunked = filled_cache(b, &k, &v, &lanes, &spec, &lens, &|s| [1, 7, 64, 3, 255][s % 5]);
     // Query rows: the positions at tile and split edges of lane 0 first, then random rows.
     let edges = [0u32, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 2099];
     let rows: Vec<(usize, u32)> = (0..MAX_M)
@@ -503,7 +465,7 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
     let width = spec.num_kv_heads * spec.head_dim;
     let k = activations(&mut rng, total, width, Spread::Normal);
     let v = activations(&mut rng, total, width, Spread::DynamicRange);
-    let kv = filled_cache(b, &k, &v, &lanes, &spec, lens, &|_| total);
+    let kv = filled_cache(b, &k, &v, &lanes, &spec, &lens, &|_| total);
     // Chunks crossing tile and split edges, then a decode row of each lane.
     let chunks: [(usize, std::ops::Range<usize>); 6] =
         [(0, 1000..1090), (1, 0..130), (0, 2040..2100), (2, 5..69), (1, 699..700), (0, 63..66)];
@@ -538,4 +500,77 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
         }
     }
     eprintln!("attention ({} KV): rows of prefill chunks equal their solo runs", store.name());
+}
+
+/// Decode rows of many lanes, a row each, as a serving step has them: enough (row, KV head) pairs
+/// that the tensor-core kernel runs one-warp blocks (walking every context, or with the contexts
+/// split when the blocks would not fill the device), for GQA groups of 4 and 16 at the 8B's head
+/// size. Each row equals the row alone (a 4-warp block per KV head, its context split).
+#[test]
+fn decode_rows_of_many_lanes_equal_each_row_alone() {
+    let Some(b) = device::backend("attention") else { return };
+    for store in STORES {
+        b.set_kv_store(store);
+        decode_rows_equal_alone(&b, store);
+    }
+}
+
+fn decode_rows_equal_alone(b: &CudaBackend, store: KvStore) {
+    let mut rng = Rng::new(device::seed() ^ 0xdec0);
+    let block = 16;
+    // Contexts at tile and split edges first, then anywhere up to 800 positions.
+    let edges = [1usize, 2, 64, 65, 256, 257, 512, 513, 768, 769];
+    let lens: Vec<usize> = (0..200).map(|i| edges.get(i).copied().unwrap_or_else(|| 1 + rng.below(800))).collect();
+    let num_blocks: usize = lens.iter().map(|l| l.div_ceil(block)).sum();
+    let mut ids: Vec<u32> = (0..num_blocks as u32).map(|i| (i * 61) % num_blocks as u32).collect();
+    let mut lanes = Vec::new();
+    for len in &lens {
+        let rest = ids.split_off(len.div_ceil(block));
+        lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
+    }
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads: 2,
+        head_dim: 128,
+        block_size: block,
+        num_blocks,
+        lane_state: plumb_core::LaneStateSpec::NONE,
+    };
+    let total: usize = lens.iter().sum();
+    let width = spec.num_kv_heads * spec.head_dim;
+    let k = activations(&mut rng, total, width, Spread::Normal);
+    let v = activations(&mut rng, total, width, Spread::DynamicRange);
+    let kv = filled_cache(b, &k, &v, &lanes, &spec, &lens, &|_| total);
+    // 200 rows × 2 KV heads walk; 100 rows split their contexts (fewer blocks than fill the device).
+    for (heads, rows) in [(8, 200), (8, 100), (32, 200)] {
+        let cols = heads * spec.head_dim;
+        let mut batch = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };
+        for (lane, len) in lens.iter().enumerate().take(rows) {
+            batch.push_row(lane, 0, len - 1);
+        }
+        let q: Vec<f32> = activations(&mut rng, rows, cols, Spread::Normal).iter().map(|x| x * 0.3).collect();
+        let mut out = b.tensor(rows, cols);
+        b.attention(&b.upload(&q, rows, cols), &kv, 0, &batch, heads, 0.125, &mut out);
+        let all = b.download(&out);
+        assert!(all.iter().all(|x| x.is_finite()), "decode attention ({} KV): non-finite output", store.name());
+        for r in 0..rows {
+            let mut one = ForwardBatch { block_size: block, lanes: lanes.clone(), ..Default::default() };
+            one.push_row(r, 0, lens[r] - 1);
+            let mut alone = b.tensor(1, cols);
+            b.attention(&b.upload(&q[r * cols..(r + 1) * cols], 1, cols), &kv, 0, &one, heads, 0.125, &mut alone);
+            let alone = b.download(&alone);
+            let got = &all[r * cols..(r + 1) * cols];
+            if let Some(j) = got.iter().zip(&alone).position(|(a, c)| a.to_bits() != c.to_bits()) {
+                panic!(
+                    "decode attention ({} KV), {heads} heads, {rows} rows: row {r} (context {}) differs alone at \
+                     column {j}: {} vs {}",
+                    store.name(),
+                    lens[r],
+                    got[j],
+                    alone[j]
+                );
+            }
+        }
+    }
+    eprintln!("decode attention ({} KV): rows of many lanes equal their solo runs", store.name());
 }

@@ -33,7 +33,9 @@
 // in order with the same arithmetic: the same bits either way. K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
-// its q pieces in shared memory.
+// its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
+// tile, on many blocks: `ops.rs`): it keeps one tile buffer, copying the next tile after this
+// one's work, so four or five blocks fit an SM and overlap each other's copies instead.
 
 #define ATM_WARPS 4
 #define ATM_M 16
@@ -82,10 +84,33 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
                  : "r"(addr));
 }
 
-// Shared memory of one block (bytes): two buffers of the K and V tiles and each warp's q pieces,
-// rows of HD * 2 + 16 bytes.
-__host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces) {
-    return (4 * ATT_TILE + ATM_WARPS * pieces * ATM_M) * (hd * 2 + 16);
+// Shared memory of one block (bytes): the K and V tiles (two buffers of each, one in a one-warp
+// block) and each warp's q pieces, rows of HD * 2 + 16 bytes.
+__host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces, int warps) {
+    return ((warps == 1 ? 2 : 4) * ATT_TILE + warps * pieces * ATM_M) * (hd * 2 + 16);
+}
+
+// One cache tile of K and of V (positions t0..t0+63, clamped to `last`) of one KV head into
+// shared rows of `rs` bytes, 16-byte pieces issued by the whole block as one cp.async group. Each
+// position's slot is found once for its K and V pieces, with shifts where the KV block size is a
+// power of two. Only where bytes land: no arithmetic of the form.
+template <int HD>
+__device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u8* __restrict__ k_cache,
+                                             const u8* __restrict__ v_cache, u64 row_stride, u64 base,
+                                             const u32* __restrict__ table, int block_size, int t0, int last) {
+    constexpr int PIECES = HD * 2 / 16;
+    const bool pow2 = (block_size & (block_size - 1)) == 0;
+    const int shift = __ffs(block_size) - 1;
+    for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += blockDim.x) {
+        const int j = i / PIECES, c = i % PIECES;
+        const int pos = min(t0 + j, last);
+        const int blk = pow2 ? pos >> shift : pos / block_size;
+        const int off = pow2 ? pos & (block_size - 1) : pos - blk * block_size;
+        const u64 at = (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2 + 16 * c;
+        cp_async16(kdst + j * rs + 16 * c, k_cache + at, true);
+        cp_async16(vdst + j * rs + 16 * c, v_cache + at, true);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
 }
 
 template <int HD, int ST>
@@ -101,8 +126,11 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
     constexpr int KS = HD / 16;      // 16-dim steps of a score
     extern __shared__ __align__(16) u8 att_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    u8* kv_tiles = att_smem;                                  // two buffers of [K tile][V tile]
-    u8* qs = kv_tiles + 4 * ATT_TILE * RS + warp * P * ATM_M * RS;  // [piece][16 pairs][RS]
+    // A block of one warp (decode rows on many blocks) keeps one buffer of the tiles, so more blocks
+    // fit an SM and hide each other's copies; wider blocks keep two, the next tile's copy in flight.
+    const int warps = blockDim.x / 32, bufs = warps == 1 ? 1 : 2;
+    u8* kv_tiles = att_smem;                                  // buffers of [K tile][V tile]
+    u8* qs = kv_tiles + bufs * 2 * ATT_TILE * RS + warp * P * ATM_M * RS;  // [piece][16 pairs][RS]
     const int g = lane / 4, t = lane % 4;
     const int group = num_heads / num_kv_heads, kv_head = blockIdx.y;
     const u64 stride = (u64)num_kv_heads * HD, base = (u64)kv_head * HD;
@@ -119,8 +147,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         while (r1 < r_end && meta[num_rows + r1] == toff) r1++;
         const u32* table = meta + 2 * num_rows + toff;
         const int num_pairs = (r1 - r0) * group;
-        for (int p0 = 0; p0 < num_pairs; p0 += ATM_WARPS * ATM_M) {
-            const int p_end = min(p0 + ATM_WARPS * ATM_M, num_pairs);
+        for (int p0 = 0; p0 < num_pairs; p0 += warps * ATM_M) {
+            const int p_end = min(p0 + warps * ATM_M, num_pairs);
             int ctx_max = 0;
             for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
             // The positions this block walks: all, or split z's.
@@ -148,6 +176,10 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < P; c++) *(u32*)(qs + (c * ATM_M + m) * RS + 2 * d) = w[c];
             }
+            // Whether any of this warp's tile rows 8..15 holds a pair: a decode row's GQA group of up
+            // to 8 heads leaves them empty, and their element work is skipped (a warp-uniform branch;
+            // rows 0..7 depend on nothing of theirs, and their mma rows see zero weights).
+            const bool upper = __any_sync(0xffffffffu, ctx[1] > 0);
             float m_s[2] = {NEG_INF, NEG_INF}, l_s[2] = {0.0f, 0.0f};
             float m_tot[2] = {NEG_INF, NEG_INF}, l_tot[2] = {0.0f, 0.0f};
             float acc[NB][4], tot[NB][4], e[8][4];
@@ -156,21 +188,20 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
-            att_stage<HD, ST>(kv_tiles, RS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
-            att_stage<HD, ST>(kv_tiles + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size, t_begin,
-                              ctx_max - 1);
+            atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
+                             t_begin, ctx_max - 1);
             for (int t0 = t_begin, it = 0; t0 < t_end; t0 += ATT_TILE, it++) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
                 // This tile's K and V (and q's pieces) are in; every warp is done with the last tile,
-                // so its buffers take the next one, whose copy overlaps all of this tile's work.
+                // so with two buffers the other takes the next one, whose copy overlaps all of this
+                // tile's work (with one, the copy follows the work, below).
                 __syncthreads();
-                const u8* ks = kv_tiles + (it & 1) * 2 * ATT_TILE * RS;
+                const u8* ks = kv_tiles + (bufs == 2 ? it & 1 : 0) * 2 * ATT_TILE * RS;
                 const u8* vs = ks + ATT_TILE * RS;
-                if (t0 + ATT_TILE < t_end) {
+                if (bufs == 2 && t0 + ATT_TILE < t_end) {
                     u8* next = kv_tiles + ((it + 1) & 1) * 2 * ATT_TILE * RS;
-                    att_stage<HD, ST>(next, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE, ctx_max - 1);
-                    att_stage<HD, ST>(next + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size,
-                                      t0 + ATT_TILE, ctx_max - 1);
+                    atm_stage_kv<HD>(next, next + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
+                                     t0 + ATT_TILE, ctx_max - 1);
                 }
                 const bool live[2] = {t0 < ctx[0], t0 < ctx[1]};
                 const bool warp_live = __any_sync(0xffffffffu, live[0] || live[1]);
@@ -196,60 +227,64 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                         }
                     }
                     // Scores (positions past a row's p drop out), the tile max and the new running max.
-                    float tmax[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++) {
-                            const int h = c / 2, pos = t0 + 8 * j + 2 * t + c % 2;
-                            e[j][c] = pos < ctx[h] ? __fmul_rn(e[j][c], scale) : NEG_INF;
-                            tmax[h] = fmaxf(tmax[h], e[j][c]);
-                        }
-                    float alpha[2], sum[2] = {0.0f, 0.0f};
+                    // Each half h of the thread's elements on its own, in the same order (j, then
+                    // position), so each sum adds its 16 e exactly as before; rows 8..15 when `upper`.
+                    float tmax[2] = {NEG_INF, NEG_INF}, alpha[2] = {1.0f, 1.0f}, sum[2] = {0.0f, 0.0f};
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
+                        if (h == 1 && !upper) break;
+#pragma unroll
+                        for (int j = 0; j < 8; j++)
+#pragma unroll
+                            for (int cc = 0; cc < 2; cc++) {
+                                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
+                                e[j][c] = pos < ctx[h] ? __fmul_rn(e[j][c], scale) : NEG_INF;
+                                tmax[h] = fmaxf(tmax[h], e[j][c]);
+                            }
                         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
                         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
                         const float m_new = live[h] ? fmaxf(m_s[h], tmax[h]) : m_s[h];
                         alpha[h] = live[h] ? expf(m_s[h] - m_new) : 1.0f;
                         m_s[h] = m_new;
-                    }
 #pragma unroll
-                    for (int j = 0; j < 8; j++)
+                        for (int j = 0; j < 8; j++)
 #pragma unroll
-                        for (int c = 0; c < 4; c++) {
-                            const int h = c / 2, pos = t0 + 8 * j + 2 * t + c % 2;
-                            e[j][c] = pos < ctx[h] ? expf(e[j][c] - m_s[h]) : 0.0f;
-                            sum[h] = __fadd_rn(sum[h], e[j][c]);
-                        }
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
+                            for (int cc = 0; cc < 2; cc++) {
+                                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
+                                e[j][c] = pos < ctx[h] ? expf(e[j][c] - m_s[h]) : 0.0f;
+                                sum[h] = __fadd_rn(sum[h], e[j][c]);
+                            }
                         sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 1));
                         sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 2));
                         if (live[h]) l_s[h] = __fadd_rn(__fmul_rn(l_s[h], alpha[h]), sum[h]);
+#pragma unroll
+                        for (int n = 0; n < NB; n++)
+#pragma unroll
+                            for (int cc = 0; cc < 2; cc++) acc[n][2 * h + cc] = __fmul_rn(acc[n][2 * h + cc], alpha[h]);
                     }
-#pragma unroll
-                    for (int n = 0; n < NB; n++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++) acc[n][c] = __fmul_rn(acc[n][c], alpha[c / 2]);
                 }
                 if (warp_live) {
 #pragma unroll
                     for (int s = 0; s < ATT_TILE / 16; s++) {
                         // e of positions 16 s .. 16 s + 15 as the A fragments of each piece.
                         u32 pa[P][4], w[P];
+                        // (Rows 8..15 hold no pair unless `upper`: zero weights for them.)
                         split_pair<ST>(e[2 * s][0], e[2 * s][1], w);
 #pragma unroll
                         for (int c = 0; c < P; c++) pa[c][0] = w[c];
-                        split_pair<ST>(e[2 * s][2], e[2 * s][3], w);
-#pragma unroll
-                        for (int c = 0; c < P; c++) pa[c][1] = w[c];
                         split_pair<ST>(e[2 * s + 1][0], e[2 * s + 1][1], w);
 #pragma unroll
                         for (int c = 0; c < P; c++) pa[c][2] = w[c];
-                        split_pair<ST>(e[2 * s + 1][2], e[2 * s + 1][3], w);
 #pragma unroll
-                        for (int c = 0; c < P; c++) pa[c][3] = w[c];
+                        for (int c = 0; c < P; c++) pa[c][1] = pa[c][3] = 0u;
+                        if (upper) {
+                            split_pair<ST>(e[2 * s][2], e[2 * s][3], w);
+#pragma unroll
+                            for (int c = 0; c < P; c++) pa[c][1] = w[c];
+                            split_pair<ST>(e[2 * s + 1][2], e[2 * s + 1][3], w);
+#pragma unroll
+                            for (int c = 0; c < P; c++) pa[c][3] = w[c];
+                        }
 #pragma unroll
                         for (int nn = 0; nn < HD / 16; nn++) {
                             u32 b[4];
@@ -289,6 +324,11 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                         m_s[h] = NEG_INF;
                         l_s[h] = 0.0f;
                     }
+                }
+                if (bufs == 1 && t0 + ATT_TILE < t_end) {
+                    __syncthreads();  // the one buffer is read; the next tile takes it
+                    atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
+                                     block_size, t0 + ATT_TILE, ctx_max - 1);
                 }
             }
 #pragma unroll
