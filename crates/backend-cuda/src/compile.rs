@@ -24,8 +24,25 @@ pub const SOURCE: [&str; 9] = [
 
 /// The compile options every kernel is built with. `--fmad=false`: no multiply-add is contracted
 /// behind the source's back, so each kernel's roundings are exactly the ones it spells out.
+/// `PLUMB_CUDA_EARLY_WEIGHTS=0` compiles the `linear` kernels to read weights only after waiting
+/// on the kernel before (dequant.cu, `PLUMB_LATE_WEIGHTS`), for measuring; the same bits either way.
 fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--fmad=false".into(), "--std=c++17".into(), "-default-device".into()]
+    let mut opts = vec![
+        format!("--gpu-architecture={arch}"),
+        "--fmad=false".into(),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ];
+    if !early_weights() {
+        opts.push("-DPLUMB_LATE_WEIGHTS".into());
+    }
+    opts
+}
+
+/// Whether the `linear` kernels read their first weight bytes before waiting on the kernel before
+/// them (programmatic launch; `PLUMB_CUDA_EARLY_WEIGHTS=0` turns it off).
+pub fn early_weights() -> bool {
+    std::env::var("PLUMB_CUDA_EARLY_WEIGHTS").ok().is_none_or(|v| v != "0")
 }
 
 /// NVRTC's target name for a compute capability: the arch-specific `a` variant where one exists

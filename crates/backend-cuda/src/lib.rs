@@ -382,7 +382,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 11] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 12] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -391,6 +391,7 @@ impl CudaBackend {
             ("attention_warp_blocks", self.attention_warp_blocks),
             ("producers_round_bf16", self.norm_round),
             ("programmatic_dependent_launch", launch::pdl()),
+            ("early_weight_reads", compile::early_weights()),
             ("fused_add_norm", self.fuse_add),
             ("grouped_linear", self.group_linear),
             ("fused_rope_kv_write", self.fuse_rope_kv),

@@ -12,19 +12,34 @@ typedef unsigned long long u64;
 // scheduled while the kernel before it finishes; PDL_ENTRY, the first statement of every kernel,
 // waits until that kernel has completed and its writes are visible, then lets the next kernel be
 // scheduled. Nothing is read or written before the wait, so the order of memory effects is
-// exactly the serial one: only launch latency overlaps. (A no-op where the kernel was launched
-// without the attribute, and compiled away before sm_90.)
+// exactly the serial one: only launch latency overlaps — except in the `linear` kernels, which
+// split it (PDL_LAUNCH first, PDL_WAIT later, every thread once) to read their first weight bytes
+// before waiting: no kernel of a forward writes a weight, so those reads see the same bytes either
+// way, and everything else still follows the wait. (No-ops where the kernel was launched without
+// the attribute, and compiled away before sm_90.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_ENTRY()                                              \
-    do {                                                         \
-        asm volatile("griddepcontrol.wait;\n" ::: "memory");             \
-        asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); \
-    } while (0)
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory")
 #else
-#define PDL_ENTRY() \
-    do {            \
+#define PDL_WAIT() \
+    do {           \
+    } while (0)
+#define PDL_LAUNCH() \
+    do {             \
     } while (0)
 #endif
+// PLUMB_LATE_WEIGHTS (compiled in by PLUMB_CUDA_EARLY_WEIGHTS=0, for measuring): weights too are
+// read only after the wait.
+#ifdef PLUMB_LATE_WEIGHTS
+#define EARLY_WEIGHTS 0
+#else
+#define EARLY_WEIGHTS 1
+#endif
+#define PDL_ENTRY()   \
+    do {              \
+        PDL_WAIT();   \
+        PDL_LAUNCH(); \
+    } while (0)
 
 #define TY_F32 0
 #define TY_F16 1

@@ -143,7 +143,19 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     const int f0 = bx * LIN_SPLIT_FEAT;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
-    for (int t = warp; t < LIN_SPLIT_FEAT * num_chunks; t += blockDim.x / 32) {
+    const int tasks = LIN_SPLIT_FEAT * num_chunks;
+    // The chunk's bytes of task t (whole blocks: clen is a multiple of the block) into this warp's
+    // shared buffer. A warp's first task copies them before waiting on the kernel before (the
+    // kernel's PDL_LAUNCH came first; weights are never written by a forward's kernels, dequant.cu).
+    auto stage_task = [&](int t) {
+        const int c = t % num_chunks, clen = min(LIN_KC, k_in - c * LIN_KC);
+        const u8* wrow = w + (u64)min(f0 + t / num_chunks, n_out - 1) * row_bytes;
+        stage_chunk(stage[warp], wrow + (u64)c * CB, clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC), lane);
+    };
+    const bool early = EARLY_WEIGHTS && CB > 0 && staged;
+    if (early && warp < tasks) stage_task(warp);
+    PDL_WAIT();
+    for (int t = warp; t < tasks; t += blockDim.x / 32) {
         const int f = t / num_chunks, c = t % num_chunks;
         const int m = min(f0 + f, n_out - 1);
         const int c0 = c * LIN_KC;
@@ -151,9 +163,8 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
         const u8* wrow = w + (u64)m * row_bytes;
         float wv[LIN_KC / 32];
         if (CB > 0 && staged) {
-            // The chunk's bytes (whole blocks: clen is a multiple of the block) via shared memory.
             u8* st = stage[warp];
-            stage_chunk(st, wrow + (u64)c * CB, clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC), lane);
+            if (!early || t != warp) stage_task(t);
 #pragma unroll
             for (int j = 0; j < LIN_KC / 32; j++) {
                 int kk = j * 32 + lane;
@@ -218,8 +229,8 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) { PDL_ENTRY();            \
-        LINEAR_SEGS(LIN_SPLIT_FEAT)                                                                           \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) { PDL_LAUNCH();           \
+        LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged);                        \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \

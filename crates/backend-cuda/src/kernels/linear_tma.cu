@@ -196,6 +196,21 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 
     if (threadIdx.x >= 256) {
         if (threadIdx.x == 256) {
+            // The weight tiles of the first task's first stages go out before waiting on the kernel
+            // before (the kernel's PDL_LAUNCH came first; no kernel of a forward writes a weight,
+            // dequant.cu), the activations' after: a stage's barrier completes on both.
+            int early = 0;
+            if (EARLY_WEIGHTS && (int)blockIdx.x < tasks) {
+                int r0, c_lo, c_hi, ft;
+                task(blockIdx.x, r0, c_lo, c_hi, ft);
+                const Seg sg = seg_of(ft, FT, n0, n1);
+                const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
+                for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
+                    mbar_expect_tx(full0 + 8 * early, STAGE);
+                    tma_load_2d(base + early * STAGE, wmap, s * WG_KS, sg.u * FT, full0 + 8 * early);
+                }
+            }
+            PDL_WAIT();
             int i = 0;  // stages issued by this block, over all its tasks
             for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
                 int r0, c_lo, c_hi, ft;
@@ -206,14 +221,19 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                     const int b = i % STAGES;
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
-                    mbar_expect_tx(full, STAGE);
-                    tma_load_2d(dst, wmap, s * WG_KS, sg.u * FT, full);
+                    if (i >= early) {
+                        mbar_expect_tx(full, STAGE);
+                        tma_load_2d(dst, wmap, s * WG_KS, sg.u * FT, full);
+                    }
                     tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
                 }
             }
+        } else {
+            PDL_WAIT();
         }
         return;
     }
+    PDL_WAIT();  // the consumers read and write nothing global before
 
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -314,7 +334,7 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
         u32* __restrict__ counters) {                                                                              \
-        PDL_ENTRY();                                                                                               \
+        PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
         linear_tma<N, FT>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in, chunks_per_split,   \
                       part, counters);                                                                             \
     }
