@@ -15,7 +15,11 @@
 # Writes to $OUT the logs, llama-bench.json, batched-bench.jsonl and the receipt
 # peer-llamacpp-cuda-llama8b.json. Each phase runs under a deadline so the call ends within
 # DEADLINE seconds (default 570); REPS is llama-bench's repetitions (default 5). SYNTH_ARCH, HF_DIR
-# and GGUF change the model (default llama-3.1-8b, /tmp/l8b, /tmp/l8b-bf16.gguf).
+# and GGUF change the model (default llama-3.1-8b, /tmp/l8b, /tmp/l8b-bf16.gguf). The build may
+# run until BENCH_SECS (default 60) before the deadline (less PLUMB_SECS with PLUMB_FIGURES=1):
+# measured 2026-12-03, a cold build beside `plumb synth` needed about 330 s (it had 275 s and
+# stopped at 238 of 289 steps; ninja resumed it in 32 s in the next call on the warm machine),
+# llama-bench and llama-batched-bench 19 s at REPS=2, plumb's figures about 75 s.
 set -uo pipefail
 OUT=${OUT:?OUT=folder for the results}
 work=${WORK:-/tmp/plumb-peer-cuda}
@@ -47,7 +51,7 @@ mkdir -p "$OUT" "$work"
     timeout 120 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF &&
-        timeout "$(left 160)" cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-batched-bench
+        timeout "$(left "${BENCH_SECS:-60}")" cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-batched-bench
 ) >"$OUT/build.log" 2>&1 &
 build_pid=$!
 
