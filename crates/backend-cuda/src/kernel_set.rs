@@ -2,7 +2,7 @@
 //! with kernels, the K/V store a new backend takes, and how many decode-kernel blocks the
 //! device keeps resident (what `ops_linear::decode_split` plans with).
 
-use crate::{CudaError, driver, ops, ops_linear};
+use crate::{CudaError, attention_plan, driver, ops_linear};
 use cudarc::driver::{CudaContext, CudaFunction};
 use plumb_core::{GgmlType, KvStore};
 use std::collections::HashMap;
@@ -98,12 +98,12 @@ pub(crate) fn kernel_names() -> Vec<String> {
     ]
     .map(String::from)
     .into();
-    for head_dim in (32..=ops::MAX_HEAD_DIM).step_by(32) {
+    for head_dim in (32..=attention_plan::MAX_HEAD_DIM).step_by(32) {
         for store in KV_STORES {
             names.push(format!("attention_{head_dim}_{}", store.name()));
         }
     }
-    for head_dim in ops::MMA_HEAD_DIMS {
+    for head_dim in attention_plan::MMA_HEAD_DIMS {
         for store in [KvStore::F16, KvStore::Bf16] {
             names.push(format!("attention_mma_{head_dim}_{}", store.name()));
         }

@@ -12,6 +12,7 @@
 //! Device failures inside an op (out of memory, a faulted kernel) panic with the driver's error:
 //! the backend traits are infallible today (see `CudaError`).
 
+mod attention_plan;
 mod compile;
 mod graph;
 mod kernel_set;
@@ -129,7 +130,7 @@ pub struct CudaBackend {
     pub(crate) decode_wide_groups: usize,
     pub(crate) decode_fill: f64,
     /// Whether attention over a 16-bit KV store runs on the tensor cores (`attention_mma.cu`, for
-    /// the head sizes of `ops::MMA_HEAD_DIMS`); `PLUMB_CUDA_ATT_MMA=0` keeps the f32 CUDA-core kernel,
+    /// the head sizes of `attention_plan::MMA_HEAD_DIMS`); `PLUMB_CUDA_ATT_MMA=0` keeps the f32 CUDA-core kernel,
     /// for measuring against (a different canonical form: bits differ between the two settings).
     pub(crate) attention_mma: bool,
     /// Whether decode rows split their context over blocks, one per split of the attention
@@ -138,7 +139,7 @@ pub struct CudaBackend {
     /// Whether decode rows on many blocks run one warp a block on the tensor cores (`ops.rs`,
     /// `attention`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
-    /// Positions per split of the tensor-core attention's canonical form (`ops::ATM_SPLIT`, or
+    /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
     /// Whether a weight on the tensor cores has been loaded (`rms_norm` then writes the rounded
@@ -210,12 +211,19 @@ impl CudaBackend {
                     let (hd, store) =
                         name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
                     let store = KvStore::parse(store).expect("attention kernels are named by their store");
-                    ops::attention_mma_smem(hd.parse().expect("attention kernels are named by head size"), store, 4)
+                    attention_plan::attention_mma_smem(
+                        hd.parse().expect("attention kernels are named by head size"),
+                        store,
+                        4,
+                    )
                 }
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
                         let store = KvStore::parse(store).expect("attention kernels are named by their store");
-                        ops::attention_smem(hd.parse().expect("attention kernels are named by head size"), store)
+                        attention_plan::attention_smem(
+                            hd.parse().expect("attention kernels are named by head size"),
+                            store,
+                        )
                     }
                     None => 0,
                 },
@@ -271,7 +279,7 @@ impl CudaBackend {
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
-            atm_split: ops::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
+            atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),

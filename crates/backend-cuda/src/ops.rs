@@ -4,88 +4,16 @@
 //! reduction trees come from the model's shapes alone. `linear` and its neighbours (`LinearOps`) are
 //! in `ops_linear.rs`.
 
+use crate::attention_plan::{
+    ATM_PAIRS, ATT_PAIRS, ATT_SPLIT, ATT_WARPS, MAX_HEAD_DIM, MMA_HEAD_DIMS, attention_blocks, attention_mma_smem,
+    attention_smem, split_kv, split_states_bytes,
+};
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::{AttentionOps, BackendError, ElementwiseOps, ForwardBatch, KvStore, RopeOps};
-
-/// Warps per attention block and (row, head) pairs per warp in one walk (kernels/attention.cu).
-const ATT_WARPS: usize = 4;
-const ATT_PAIRS: usize = 4;
-/// Shared memory of an attention block for heads of `head_dim` stored as `store`: the K tile (64
-/// rows of head_dim values and 16 bytes), the V tile and the f32 q of one walk's pairs, as
-/// `att_smem_bytes` in attention.cu.
-pub(crate) fn attention_smem(head_dim: usize, store: KvStore) -> usize {
-    let e = store.bytes();
-    64 * (head_dim * e + 16) + 64 * head_dim * e + 4 * ATT_WARPS * ATT_PAIRS * head_dim
-}
-/// Head sizes with tensor-core attention kernels (`attention_mma.cu`), for f16 and bf16 stores.
-pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
-/// (row, head) pairs of one tensor-core attention walk: 4 warps of 16.
-const ATM_PAIRS: usize = 64;
-/// Positions per split of the tensor-core attention's canonical form unless
-/// `PLUMB_CUDA_ATM_SPLIT` names another multiple of a tile (`CudaBackend::atm_split`), and of the
-/// f32 kernel's (`ATT_SPLIT`: a tile).
-pub(crate) const ATM_SPLIT: usize = 256;
-const ATT_SPLIT: usize = 64;
-
-/// Unsplit attention blocks per SM from which decode rows walk their context instead of splitting
-/// it over blocks (`attention`): the tensor-core kernel keeps two 4-warp blocks resident per SM.
-const ATTENTION_FILL_BLOCKS_PER_SM: usize = 2;
-/// The same for one-warp decode blocks (`attention`), of which four or five fit an SM (44–49 KB
-/// of shared memory each at 128-dim heads).
-const ATTENTION_FILL_WARP_BLOCKS_PER_SM: usize = 3;
-
-/// The tensor-core attention's split length from `PLUMB_CUDA_ATM_SPLIT` (a positive multiple of
-/// 64 positions), else `ATM_SPLIT`. Part of the canonical form: it is read once, when the backend
-/// is made, and every row of every batch takes it.
-pub(crate) fn atm_split_from(var: Option<&str>) -> Result<usize, crate::CudaError> {
-    match var {
-        None => Ok(ATM_SPLIT),
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if n > 0 && n.is_multiple_of(64) => Ok(n),
-            _ => Err(crate::CudaError::BadSetting {
-                name: "PLUMB_CUDA_ATM_SPLIT",
-                value: v.to_owned(),
-                expected: "a positive multiple of 64 positions",
-            }),
-        },
-    }
-}
-/// Shared memory of a tensor-core attention block of `warps` warps: the K and V tiles (two
-/// buffers of each, one for a one-warp block) and each warp's q pieces (2 for f16, 3 for bf16),
-/// rows of head_dim · 2 + 16 bytes, as `atm_smem_bytes` in attention_mma.cu.
-pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore, warps: usize) -> usize {
-    let pieces = if store == KvStore::F16 { 2 } else { 3 };
-    let tiles = if warps == 1 { 2 * 64 } else { 4 * 64 };
-    (tiles + warps * pieces * 16) * (head_dim * 2 + 16)
-}
-/// The most bytes of split states one attention call may keep for `attention_merge` (beyond, its
-/// rows walk their splits on one block each: the same bits).
-const SPLIT_KV_PART_BYTES: usize = 64 << 20;
-
-/// How many blocks decode rows split their context over (`None`: each row's block walks it all).
-/// Decode rows (a block each) may split their context over blocks, one per split of the kernel's
-/// form (`split_len` positions), and `attention_merge` folds the splits in order: a free choice,
-/// the walk folds them with the same arithmetic. The count is a power of two, so a decode step's
-/// graph changes only when the longest context doubles; a context of one split needs no merge
-/// (one launch less per layer); and the split states of `pairs` (row, head) pairs stay within
-/// `SPLIT_KV_PART_BYTES`, which long contexts at many rows would pass (they have blocks enough).
-pub(crate) fn split_kv(pairs: usize, head_dim: usize, longest: usize, split_len: usize) -> Option<usize> {
-    let splits = longest.div_ceil(split_len).next_power_of_two();
-    (splits > 1 && split_states_bytes(pairs, head_dim, splits) <= SPLIT_KV_PART_BYTES).then_some(splits)
-}
-
-/// Bytes of the split states `attention_merge` folds: per (row, head) pair and split, the
-/// unnormalised output and the running max and sum, in f32.
-fn split_states_bytes(pairs: usize, head_dim: usize, splits: usize) -> usize {
-    pairs * splits * (head_dim + 2) * 4
-}
-
-/// The largest head the attention kernel's per-lane registers hold.
-pub const MAX_HEAD_DIM: usize = 256;
 
 /// A device address of per-row metadata: the step's (already on the device) or a fresh upload
 /// kept alive until the launch is queued.
@@ -473,17 +401,13 @@ impl AttentionOps for CudaBackend {
         let group = num_heads / spec.num_kv_heads;
         let (walk, max_rows) = if mma { (ATM_PAIRS, 64) } else { (ATT_WARPS * ATT_PAIRS, 8) };
         let rows_per_block = if rows >= 4 * batch.lanes.len().max(1) { (walk / group).clamp(1, max_rows) } else { 1 };
-        // Decode rows on at least a block per SM take one-warp blocks on the tensor cores: a decode
-        // row's (row, head) pairs fill one warp's m16 tile at most, and a 4-warp block would leave
-        // three warps idle and its shared memory and registers would keep two blocks an SM (one
-        // live warp each; Nsight Compute on the 64-row 8B step: 12.5% occupancy, 7.3 cycles between
-        // a warp's instructions). The same walk and arithmetic, one tile buffer: the same bits.
-        let warp_blocks = mma
-            && self.attention_warp_blocks
-            && rows_per_block == 1
-            && group <= 16
-            && padded * spec.num_kv_heads >= self.tma.sms;
-        let warps = if warp_blocks { 1 } else { ATT_WARPS };
+        let (warps, may_split) = attention_blocks(
+            mma && self.attention_warp_blocks,
+            rows_per_block,
+            group,
+            padded * spec.num_kv_heads,
+            self.tma.sms,
+        );
         let (name, smem) = if mma {
             (
                 format!("attention_mma_{}_{}", spec.head_dim, kv.store.name()),
@@ -494,13 +418,7 @@ impl AttentionOps for CudaBackend {
         };
         let split_len = if mma { self.atm_split } else { ATT_SPLIT };
         let longest = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        // Split-KV only while the unsplit blocks would leave the device short of two a SM (three
-        // one-warp blocks): at 64 decode rows of the 8B (512 4-warp blocks) splitting lost 3% (5,372
-        // steady tokens/s against 5,546 walking, receipts/bench-cuda-llama8b-attention-splits.txt).
-        // Same bits either way.
-        let fill = if warp_blocks { ATTENTION_FILL_WARP_BLOCKS_PER_SM } else { ATTENTION_FILL_BLOCKS_PER_SM };
-        let fills = padded * spec.num_kv_heads >= fill * self.tma.sms;
-        let splits = (rows_per_block == 1 && self.attention_split_kv && !fills)
+        let splits = (may_split && self.attention_split_kv)
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
             .flatten();
         let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
@@ -545,40 +463,6 @@ impl AttentionOps for CudaBackend {
                 .i32(split_len as i32)
                 .ptr(out.ptr());
             self.submit(l);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_kv;
-
-    #[test]
-    fn decode_splits_are_powers_of_two_within_the_state_budget() {
-        // One split: the walk, no merge; then powers of two of the splits the context spans.
-        assert_eq!(split_kv(9, 64, 64, 64), None);
-        assert_eq!(split_kv(9, 64, 65, 64), Some(2));
-        assert_eq!(split_kv(9, 64, 144, 64), Some(4));
-        assert_eq!(split_kv(32, 128, 576, 256), Some(4));
-        // 64 rows of 32 heads at 128K positions would keep 2,048 states of 130 floats per pair
-        // (2.2 GB): they walk instead, as they do from the budget on.
-        assert_eq!(split_kv(64 * 32, 128, 131_072, 64), None);
-        let last = (1..=20).map(|e| 1usize << e).filter(|&n| split_kv(64 * 32, 128, n, 64).is_some()).max();
-        // 32 splits of 2,048 pairs' states (1 MiB per split) fit in 64 MiB, 64 do not: the
-        // f32 kernel's one-tile splits stop at 2,048 positions there (512 blocks walk instead).
-        assert_eq!(last, Some(2048));
-        assert_eq!(split_kv(64 * 32, 128, 8192, 256), Some(32));
-    }
-
-    #[test]
-    fn the_tensor_core_split_is_a_multiple_of_a_tile() {
-        use super::{ATM_SPLIT, atm_split_from};
-        assert_eq!(atm_split_from(None).unwrap(), ATM_SPLIT);
-        assert_eq!(atm_split_from(Some("64")).unwrap(), 64);
-        assert_eq!(atm_split_from(Some("1024")).unwrap(), 1024);
-        for bad in ["0", "96", "-64", "x", ""] {
-            let e = atm_split_from(Some(bad)).unwrap_err().to_string();
-            assert!(e.contains("PLUMB_CUDA_ATM_SPLIT") && e.contains("multiple of 64"), "{bad}: {e}");
         }
     }
 }
