@@ -12,7 +12,7 @@ mod kv;
 mod rows;
 
 use kv::filled_cache;
-use rows::{MAX_M, check_rows, pick, weight};
+use rows::{MAX_M, assert_same_bits, check_rows, pick, weight};
 
 use plumb_backend_cuda::CudaBackend;
 use plumb_core::{
@@ -105,12 +105,9 @@ fn weights_run_together_give_the_bits_of_each_apart() {
                     let mut alone = b.tensor(m, widths[i]);
                     b.linear(&x, w, &mut alone);
                     let (got, want) = (b.download(&together[i]), b.download(&alone));
-                    if let Some(j) = got.iter().zip(&want).position(|(a, c)| a.to_bits() != c.to_bits()) {
-                        panic!(
-                            "{ty} {widths:?}x{k}, {m} rows: weight {i} run together differs at {j}: {} vs {}",
-                            got[j], want[j]
-                        );
-                    }
+                    assert_same_bits(&got, &want, &|| {
+                        format!("{ty} {widths:?}x{k}, {m} rows: weight {i} run together")
+                    });
                     assert!(want.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
                 }
             }
@@ -384,13 +381,18 @@ fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
 /// Every K/V store: f32 runs the CUDA-core kernel, f16 and bf16 the tensor-core one.
 const STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
 
-#[test]
-fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
+/// Runs `check` on a backend set to each store in turn (nothing without a GPU).
+fn on_every_store(check: fn(&CudaBackend, KvStore)) {
     let Some(b) = device::backend("attention") else { return };
     for store in STORES {
         b.set_kv_store(store);
-        attention_rows_invariant(&b, store);
+        check(&b, store);
     }
+}
+
+#[test]
+fn attention_rows_are_batch_invariant_across_tiles_and_splits() {
+    on_every_store(attention_rows_invariant);
 }
 
 fn attention_rows_invariant(b: &CudaBackend, store: KvStore) {
@@ -451,11 +453,7 @@ fn attention_rows_invariant(b: &CudaBackend, store: KvStore) {
 /// lane, batched together, equals the row alone — for query groups of 3, 4 and 18 heads.
 #[test]
 fn attention_of_prefill_chunks_equals_each_row_alone() {
-    let Some(b) = device::backend("attention") else { return };
-    for store in STORES {
-        b.set_kv_store(store);
-        prefill_chunk_rows_equal_alone(&b, store);
-    }
+    on_every_store(prefill_chunk_rows_equal_alone);
 }
 
 fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
@@ -489,14 +487,9 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
             b.attention(&b.upload(&q[r * cols..(r + 1) * cols], 1, cols), &kv, 0, &one, heads, 0.125, &mut alone);
             let alone = b.download(&alone);
             let got = &all[r * cols..(r + 1) * cols];
-            if let Some(j) = got.iter().zip(&alone).position(|(a, c)| a.to_bits() != c.to_bits()) {
-                panic!(
-                    "attention ({} KV), {heads} heads: row {r} of the chunks differs alone at column {j}: {} vs {}",
-                    store.name(),
-                    got[j],
-                    alone[j]
-                );
-            }
+            assert_same_bits(got, &alone, &|| {
+                format!("attention ({} KV), {heads} heads: row {r} of the chunks, against the row alone,", store.name())
+            });
         }
     }
     eprintln!("attention ({} KV): rows of prefill chunks equal their solo runs", store.name());
@@ -508,11 +501,7 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
 /// size. Each row equals the row alone (a 4-warp block per KV head, its context split).
 #[test]
 fn decode_rows_of_many_lanes_equal_each_row_alone() {
-    let Some(b) = device::backend("attention") else { return };
-    for store in STORES {
-        b.set_kv_store(store);
-        decode_rows_equal_alone(&b, store);
-    }
+    on_every_store(decode_rows_equal_alone);
 }
 
 fn decode_rows_equal_alone(b: &CudaBackend, store: KvStore) {
@@ -560,16 +549,13 @@ fn decode_rows_equal_alone(b: &CudaBackend, store: KvStore) {
             b.attention(&b.upload(&q[r * cols..(r + 1) * cols], 1, cols), &kv, 0, &one, heads, 0.125, &mut alone);
             let alone = b.download(&alone);
             let got = &all[r * cols..(r + 1) * cols];
-            if let Some(j) = got.iter().zip(&alone).position(|(a, c)| a.to_bits() != c.to_bits()) {
-                panic!(
-                    "decode attention ({} KV), {heads} heads, {rows} rows: row {r} (context {}) differs alone at \
-                     column {j}: {} vs {}",
+            assert_same_bits(got, &alone, &|| {
+                format!(
+                    "decode attention ({} KV), {heads} heads, {rows} rows: row {r} (context {}), against the row alone,",
                     store.name(),
-                    lens[r],
-                    got[j],
-                    alone[j]
-                );
-            }
+                    lens[r]
+                )
+            });
         }
     }
     eprintln!("decode attention ({} KV): rows of many lanes equal their solo runs", store.name());

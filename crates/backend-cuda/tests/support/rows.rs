@@ -36,15 +36,18 @@ pub fn check_rows(op: &str, out_cols: usize, run: &mut dyn FnMut(&[usize]) -> Ve
         for r in rows_to_check(m) {
             let alone = run(&[r]);
             let got = &batch[r * out_cols..(r + 1) * out_cols];
-            if let Some(j) = got.iter().zip(&alone).position(|(a, b)| a.to_bits() != b.to_bits()) {
-                panic!(
-                    "{op}: row {r} of a batch of {m} differs from the row alone at column {j}: {} vs {}",
-                    got[j], alone[j]
-                );
-            }
+            assert_same_bits(got, &alone, &|| format!("{op}: row {r} of a batch of {m}, against the row alone,"));
         }
     }
     eprintln!("{op}: rows of every batch size equal their solo runs");
+}
+
+/// Panics, naming `what` and the first column, where `got` and `want` differ in any bit.
+pub fn assert_same_bits(got: &[f32], want: &[f32], what: &dyn Fn() -> String) {
+    assert_eq!(got.len(), want.len(), "{} has another length", what());
+    if let Some(j) = got.iter().zip(want).position(|(a, b)| a.to_bits() != b.to_bits()) {
+        panic!("{} differs at column {j}: {} vs {}", what(), got[j], want[j]);
+    }
 }
 
 pub fn pick(x: &[f32], cols: usize, rows: &[usize]) -> Vec<f32> {
