@@ -136,8 +136,9 @@ pub struct CudaBackend {
     /// Whether decode rows split their context over blocks, one per split of the attention
     /// kernel's form (`PLUMB_CUDA_ATT_SPLIT=0`: one block walks it all; the same bits, for measuring).
     pub(crate) attention_split_kv: bool,
-    /// Whether decode rows on many blocks run one warp a block on the tensor cores (`ops.rs`,
-    /// `attention`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same bits, for measuring).
+    /// Whether decode rows on many blocks run one warp a block on the tensor cores
+    /// (`attention_plan::attention_blocks`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same
+    /// bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.

@@ -34,8 +34,8 @@
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
 // its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
-// tile, on many blocks: `ops.rs`): it keeps one tile buffer, copying the next tile after this
-// one's work, so four or five blocks fit an SM and overlap each other's copies instead.
+// tile, on many blocks: `attention_plan.rs`): it keeps one tile buffer, copying the next tile
+// after this one's work, so four or five blocks fit an SM and overlap each other's copies instead.
 
 #define ATM_WARPS 4
 #define ATM_M 16
