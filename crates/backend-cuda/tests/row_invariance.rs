@@ -11,7 +11,7 @@ mod kv;
 #[path = "support/rows.rs"]
 mod rows;
 
-use kv::filled_cache;
+use kv::{filled_cache, scrambled_lanes};
 use rows::{MAX_M, assert_same_bits, check_rows, pick, weight};
 
 use plumb_backend_cuda::CudaBackend;
@@ -358,23 +358,8 @@ fn row_wise_ops_are_batch_invariant() {
 
 /// Three lanes over scattered blocks; lane 0 is long enough to cross two attention splits.
 fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
-    let (block, lens) = (16, [2100usize, 700, 69]);
-    let num_blocks: usize = lens.iter().map(|l| l.div_ceil(block)).sum();
-    // Blocks handed out in a scrambled order, as a pool that has served other requests would.
-    let mut ids: Vec<u32> = (0..num_blocks as u32).map(|i| (i * 37) % num_blocks as u32).collect();
-    let mut lanes = Vec::new();
-    for len in lens {
-        let rest = ids.split_off(len.div_ceil(block));
-        lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
-    }
-    let spec = KvSpec {
-        num_layers: 1,
-        num_kv_heads: 3,
-        head_dim: 64,
-        block_size: block,
-        num_blocks,
-        lane_state: plumb_core::LaneStateSpec::NONE,
-    };
+    let lens = [2100usize, 700, 69];
+    let (lanes, spec) = scrambled_lanes(&lens, 16, 37, 3, 64);
     (lanes, spec, lens)
 }
 
@@ -510,21 +495,7 @@ fn decode_rows_equal_alone(b: &CudaBackend, store: KvStore) {
     // Contexts at tile and split edges first, then anywhere up to 800 positions.
     let edges = [1usize, 2, 64, 65, 256, 257, 512, 513, 768, 769];
     let lens: Vec<usize> = (0..200).map(|i| edges.get(i).copied().unwrap_or_else(|| 1 + rng.below(800))).collect();
-    let num_blocks: usize = lens.iter().map(|l| l.div_ceil(block)).sum();
-    let mut ids: Vec<u32> = (0..num_blocks as u32).map(|i| (i * 61) % num_blocks as u32).collect();
-    let mut lanes = Vec::new();
-    for len in &lens {
-        let rest = ids.split_off(len.div_ceil(block));
-        lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
-    }
-    let spec = KvSpec {
-        num_layers: 1,
-        num_kv_heads: 2,
-        head_dim: 128,
-        block_size: block,
-        num_blocks,
-        lane_state: plumb_core::LaneStateSpec::NONE,
-    };
+    let (lanes, spec) = scrambled_lanes(&lens, block, 61, 2, 128);
     let total: usize = lens.iter().sum();
     let width = spec.num_kv_heads * spec.head_dim;
     let k = activations(&mut rng, total, width, Spread::Normal);

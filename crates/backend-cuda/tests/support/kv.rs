@@ -2,7 +2,43 @@
 #![allow(dead_code)]
 
 use plumb_backend_cuda::CudaBackend;
-use plumb_core::{AttentionOps, Backend, ForwardBatch, KvSpec, LaneView};
+use plumb_core::{AttentionOps, Backend, ForwardBatch, KvSpec, LaneStateSpec, LaneView};
+
+/// Lanes of `lens` positions over KV blocks of `block` positions, handed out in a scrambled
+/// order (block i of the pool goes out as i · stride mod n, a permutation: the stride is moved up
+/// to the next one prime to n), as a pool that has served other requests would; and the spec of
+/// one layer of such a cache with `num_kv_heads` heads of `head_dim`.
+pub fn scrambled_lanes(
+    lens: &[usize],
+    block: usize,
+    stride: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+) -> (Vec<LaneView>, KvSpec) {
+    let num_blocks: usize = lens.iter().map(|l| l.div_ceil(block)).sum();
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let stride = (stride..).find(|&s| gcd(s, num_blocks) == 1).expect("a stride prime to the pool");
+    let mut ids: Vec<u32> = (0..num_blocks).map(|i| ((i * stride) % num_blocks) as u32).collect();
+    let mut lanes = Vec::new();
+    for len in lens {
+        let rest = ids.split_off(len.div_ceil(block));
+        lanes.push(LaneView { block_table: std::mem::replace(&mut ids, rest) });
+    }
+    let spec = KvSpec {
+        num_layers: 1,
+        num_kv_heads,
+        head_dim,
+        block_size: block,
+        num_blocks,
+        lane_state: LaneStateSpec::NONE,
+    };
+    (lanes, spec)
+}
 
 /// Writes every lane's history into a fresh cache, `chunk(step)` rows at a time.
 pub fn filled_cache(
