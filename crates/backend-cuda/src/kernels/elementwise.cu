@@ -7,6 +7,15 @@
 // NORM_THREADS * NORM_BATCH columns take one round trip to memory a pass.
 #define NORM_BATCH 16
 
+// A thread's batch of a row: columns j0, j0 + NORM_THREADS, ... of p (zeros past `cols`).
+__device__ __forceinline__ void norm_batch(const float* p, int j0, int cols, float (&v)[NORM_BATCH]) {
+#pragma unroll
+    for (int u = 0; u < NORM_BATCH; u++) {
+        const int j = j0 + u * NORM_THREADS;
+        v[u] = j < cols ? p[j] : 0.0f;
+    }
+}
+
 // out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * w. One block of NORM_THREADS per row:
 // thread t takes columns t, t + 256, ... in one fmaf chain; warps reduce by the xor butterfly;
 // the 8 warp sums are folded left in warp order.
@@ -28,12 +37,8 @@ __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict_
     float s = 0.0f;
     for (int j0 = threadIdx.x; j0 < cols; j0 += NORM_BATCH * NORM_THREADS) {
         float v[NORM_BATCH], dv[NORM_BATCH];
-#pragma unroll
-        for (int u = 0; u < NORM_BATCH; u++) {
-            const int j = j0 + u * NORM_THREADS;
-            v[u] = j < cols ? xr[j] : 0.0f;
-            dv[u] = dr && j < cols ? dr[j] : 0.0f;
-        }
+        norm_batch(xr, j0, cols, v);
+        if (dr) norm_batch(dr, j0, cols, dv);
 #pragma unroll
         for (int u = 0; u < NORM_BATCH; u++) {
             const int j = j0 + u * NORM_THREADS;
@@ -55,12 +60,8 @@ __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict_
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
     for (int j0 = threadIdx.x; j0 < cols; j0 += NORM_BATCH * NORM_THREADS) {
         float v[NORM_BATCH], wv[NORM_BATCH];
-#pragma unroll
-        for (int u = 0; u < NORM_BATCH; u++) {
-            const int j = j0 + u * NORM_THREADS;
-            v[u] = j < cols ? xr[j] : 0.0f;
-            wv[u] = j < cols ? w[j] : 0.0f;
-        }
+        norm_batch(xr, j0, cols, v);
+        norm_batch(w, j0, cols, wv);
 #pragma unroll
         for (int u = 0; u < NORM_BATCH; u++) {
             const int j = j0 + u * NORM_THREADS;
