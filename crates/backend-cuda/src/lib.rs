@@ -143,6 +143,10 @@ pub struct CudaBackend {
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
+    /// The K from which tensor-core weights fold chunks of 1,024 instead of 256
+    /// (`ops_linear::fold_chunk`, or `PLUMB_CUDA_KC_LONG_FROM`): bits follow it, so it is fixed
+    /// for the backend's life.
+    pub(crate) fold_long_from: usize,
     /// Whether a weight on the tensor cores has been loaded (`rms_norm` then writes the rounded
     /// copy of its output those weights take; `PLUMB_CUDA_NORM_ROUND=0` turns that off).
     pub(crate) mma_weights: AtomicBool,
@@ -247,6 +251,14 @@ impl CudaBackend {
             Err(_) => ops_linear::DECODE_WIDE_GROUPS,
         };
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
+        let fold_long_from = match std::env::var("PLUMB_CUDA_KC_LONG_FROM") {
+            Ok(v) => v.parse().map_err(|_| CudaError::BadSetting {
+                name: "PLUMB_CUDA_KC_LONG_FROM",
+                value: v,
+                expected: "a K in elements (a large one: chunks of 256 everywhere)",
+            })?,
+            Err(_) => ops_linear::FOLD_LONG_FROM,
+        };
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
@@ -281,6 +293,7 @@ impl CudaBackend {
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
+            fold_long_from,
             mma_weights: AtomicBool::new(false),
             norm_round: std::env::var("PLUMB_CUDA_NORM_ROUND").ok().is_none_or(|v| v != "0"),
             fuse_add: std::env::var("PLUMB_CUDA_FUSE_ADD").ok().is_none_or(|v| v != "0"),
@@ -406,6 +419,12 @@ impl CudaBackend {
             ("fused_rope_kv_write", self.fuse_rope_kv),
             ("staged_quant_loads", self.staged_loads),
         ]
+    }
+
+    /// The K from which tensor-core weights fold chunks of 1,024 elements instead of 256
+    /// (`ops_linear::fold_chunk`; `PLUMB_CUDA_KC_LONG_FROM`), for receipts: bits follow it.
+    pub fn fold_long_from(&self) -> usize {
+        self.fold_long_from
     }
 
     /// How recorded steps ran so far: captured, replayed, or launch by launch.

@@ -50,24 +50,53 @@ pub(crate) fn decode_smem(groups: usize) -> usize {
     2 * (64 + 8 * groups) * 512
 }
 
+/// The fold chunks (GPU.md's Kc for bf16): 256, the unit the decode kernel stages, and 1,024 for
+/// long K (the TMA kernels unroll a chunk's stages: one instance per chunk).
+pub(crate) const FOLD_SHORT_KC: usize = 256;
+pub(crate) const FOLD_LONG_KC: usize = 1024;
+/// The K from which a tensor-core weight is folded in chunks of 1,024: four of them or more
+/// (`fold_chunk`; `PLUMB_CUDA_KC_LONG_FROM` overrides it, for measuring).
+pub(crate) const FOLD_LONG_FROM: usize = 4 * FOLD_LONG_KC;
+
+/// The fold chunk (GPU.md's Kc) of a tensor-core weight whose K is `k`: 1,024 elements from
+/// `long_from` on, else 256. Every kernel that computes the weight's products cuts K the same way
+/// (kernels/linear_mma.cu), so the bits follow K (and the backend's setting) alone, never the rows
+/// or the split. Long chunks fold fewer partials: a split K writes each chunk's partial per row
+/// (rows × 4 bytes a feature, written and read back) against its weights (Kc × 2 bytes a
+/// feature), and whole K folds each chunk into the running sum. Measured on the H200 at the 8B's
+/// shapes against chunks of 256 everywhere (`gemm_8b`, receipts/gemm-cuda-llama8b-fold-chunks.txt):
+/// one row q|k|v 16.7 against 17.0 µs, o 9.1 / 9.4, gate|up 60.4 / 61.1, down 35.8 / 38.3; down at
+/// 64 rows 55.1 against 64.3 (split), gate|up 72.1 against 74.3 (whole).
+pub(crate) fn fold_chunk(k: usize, long_from: usize) -> usize {
+    if k >= long_from { FOLD_LONG_KC } else { FOLD_SHORT_KC }
+}
+
 /// Chunks of K per block of the decode kernel, for `tiles` tiles of 64 features over
-/// `num_chunks` chunks and `rows` rows, on a device that keeps `slots` such blocks resident: the
-/// split with the least modelled time. The blocks run in waves of `slots`; a wave lasts as long
-/// as a block's chunks plus `fill` chunk times of pipeline fill; when K is split, each chunk also
-/// costs its partials' traffic (4-byte values of 64 features per row, written and read back, against
-/// a chunk's 64 × 256 bf16 weights: rows / 64 of a chunk). Ties go to fewer splits. Whole waves
+/// `num_chunks` chunks of `units` × 256 elements and `rows` rows, on a device that keeps `slots`
+/// such blocks resident: the split with the least modelled time, in times of 256 elements. The
+/// blocks run in waves of `slots`; a wave lasts as long as a block's chunks plus `fill` of
+/// pipeline fill; when K is split, each chunk also costs its partials' traffic (4-byte values of
+/// 64 features per row, written and read back, against 64 × 256 bf16 weights: rows / 64 of 256
+/// elements' time). Ties go to fewer splits. Whole waves
 /// matter at one row: 448 tiles of gate‖up over 396 slots of an H200 left one SM in eight idle
 /// for a second wave as long as the first (89 µs; split in 4, 76 µs). A weight with two waves of
 /// whole tiles or more keeps whole K per block: its tail is a small part of its time, and a split
 /// only adds the fold (the LM head, 2,004 tiles: 241 µs whole, 280 µs split in 2).
-pub(crate) fn decode_split(tiles: usize, num_chunks: usize, slots: usize, rows: usize, fill: f64) -> usize {
+pub(crate) fn decode_split(
+    tiles: usize,
+    num_chunks: usize,
+    units: usize,
+    slots: usize,
+    rows: usize,
+    fill: f64,
+) -> usize {
     if tiles >= 2 * slots {
         return num_chunks;
     }
     let mut best = (f64::INFINITY, num_chunks);
     for per_split in (1..=num_chunks).rev() {
         let splits = num_chunks.div_ceil(per_split);
-        let chunk = if splits > 1 { 1.0 + rows as f64 / 64.0 } else { 1.0 };
+        let chunk = if splits > 1 { units as f64 + rows as f64 / 64.0 } else { units as f64 };
         let waves = (tiles * splits).div_ceil(slots.max(1));
         let cost = waves as f64 * (per_split as f64 * chunk + fill);
         if cost < best.0 * (1.0 - 1e-9) {
@@ -77,16 +106,20 @@ pub(crate) fn decode_split(tiles: usize, num_chunks: usize, slots: usize, rows: 
     best.1
 }
 
-/// Whether the TMA `linear` keeps whole K per block at `rows` rows over `num_chunks` chunks,
-/// whatever `decode_split` models: from 64 rows on, and from 32 rows for K of up to 16 chunks
-/// (4,096). Measured on the H200 at the 8B's shapes, every split against none
-/// (receipts/gemm-cuda-llama8b-split-sweep.txt): a split's partials are written, read back and
-/// folded per row, which the model's traffic term undercounts — at 64 rows q|k|v took 28.0 µs
-/// whole and 41.5 split, o 23.1 and 26.7, down 76.2 and 78.6; at 32 rows q|k|v 24.0 and 28.1 (o
-/// 19.4 and 19.0), while down (56 chunks) still gained from its split at 32 rows (57.7 against
-/// 63.2) and every shape at 8 and 16 rows. The same bits either way.
-pub(crate) fn keeps_whole_k(rows: usize, num_chunks: usize) -> bool {
-    rows >= 64 || (rows >= 32 && num_chunks <= 16)
+/// Whether the TMA `linear` keeps whole K per block at `rows` rows over K `k` in chunks of `kc`,
+/// whatever `decode_split` models: from 32 rows on, for K of up to 4,096 and wherever a chunk's
+/// partials (rows × 4 bytes a feature, written and read back) pass a quarter of its weight bytes
+/// (kc × 2 a feature: 16 × rows > kc). Measured on the H200 at the 8B's shapes, every split
+/// against none: with chunks of 256 (receipts/gemm-cuda-llama8b-split-sweep.txt) a split's
+/// partials, written, read back and folded per row, cost more than the model's traffic term
+/// says — at 64 rows q|k|v took 28.0 µs whole and 41.5 split, o 23.1 and 26.7; with chunks of
+/// 1,024 (receipts/gemm-cuda-llama8b-fold-chunks.txt) K = 4,096 still ran best whole at 32 and 64
+/// rows (64 rows: q|k|v 22.6 against 30.3–31.2 split, o 20.0 against 21.9–23.5, gate|up 72.1
+/// against 106.9–111.3), while down (14 chunks) gained from its split (64 rows: 55.1 against 61.4
+/// whole; 32 rows: 45.8 against 56.4), as every shape does at 8 and 16 rows. The same bits either
+/// way.
+pub(crate) fn keeps_whole_k(rows: usize, k: usize, kc: usize) -> bool {
+    rows >= 32 && (k <= 4096 || 16 * rows > kc)
 }
 
 /// A bf16 matrix's bytes k-permuted as the tensor-core kernels read them (kernels/linear_mma.cu,
@@ -105,6 +138,11 @@ pub(crate) fn kperm_bytes(bytes: &[u8]) -> Vec<u8> {
 }
 
 impl CudaBackend {
+    /// The fold chunk of a tensor-core weight of K `k` on this backend (`fold_chunk`).
+    pub(crate) fn fold_chunk(&self, k: usize) -> usize {
+        fold_chunk(k, self.fold_long_from)
+    }
+
     /// x rounded to bf16 and k-permuted, as the tensor-core kernels take it.
     fn round_bf16(&self, x: &CudaTensor) -> DeviceBuf {
         let n32 = x.padded_rows * x.cols / 32;
@@ -207,15 +245,16 @@ impl CudaBackend {
     fn linear_mma(&self, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, rounded: Option<&DeviceBuf>) {
         // The decode kernel's split of K (kernels/linear_mma.cu) and where its partials go.
         let mut decode = None;
+        let kc = self.fold_chunk(w.cols);
         let (kernel, cfg) = if x.padded_rows <= MMA_DECODE_MAX_ROWS {
             let tiles = w.rows.div_ceil(64);
-            let num_chunks = w.cols.div_ceil(256);
+            let num_chunks = w.cols.div_ceil(kc);
             let groups = x.padded_rows.div_ceil(8);
             let wide = groups >= self.decode_wide_groups;
             let slots = if wide { self.decode_slots_wide[groups - 1] } else { self.decode_slots[groups - 1] };
             // A free choice: the fold is the same with any split.
             let per_split = match slots {
-                Some(slots) => decode_split(tiles, num_chunks, slots, x.padded_rows, self.decode_fill),
+                Some(slots) => decode_split(tiles, num_chunks, kc / 256, slots, x.padded_rows, self.decode_fill),
                 None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
             };
             let splits = num_chunks.div_ceil(per_split);
@@ -242,7 +281,8 @@ impl CudaBackend {
             .ptr(out.ptr())
             .i32(x.padded_rows as i32)
             .i32(w.rows as i32)
-            .i32(w.cols as i32);
+            .i32(w.cols as i32)
+            .i32(kc as i32);
         let l = match &decode {
             Some((per_split, part)) => {
                 let counters = self.decode_counters(w.rows.div_ceil(64));
@@ -271,13 +311,14 @@ impl CudaBackend {
         let cols = ws[0].cols;
         let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
         let features: usize = ws.iter().map(|w| w.rows).sum();
-        let num_chunks = cols.div_ceil(256);
+        let kc = self.fold_chunk(cols);
+        let num_chunks = cols.div_ceil(kc);
         // A free choice: the fold is the same with any split. Many rows keep whole K per block.
         let per_split = if n <= 64 {
             match self.tma.splits {
                 Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
-                None if keeps_whole_k(rows, num_chunks) => num_chunks,
-                None => decode_split(tiles_128, num_chunks, self.tma.slots[i], rows, self.decode_fill),
+                None if keeps_whole_k(rows, cols, kc) => num_chunks,
+                None => decode_split(tiles_128, num_chunks, kc / 256, self.tma.slots[i], rows, self.decode_fill),
             }
         } else {
             num_chunks
@@ -312,7 +353,7 @@ impl CudaBackend {
         let outputs = |l: Launch| {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
-        let l = Launch::new(self.kernel(&tma_name(n, ft)), cfg)
+        let l = Launch::new(self.kernel(&tma_name(n, ft, kc)), cfg)
             .tensor_map(&xmap)
             .tensor_map(&wmaps[0])
             .tensor_map(m1)
@@ -394,7 +435,18 @@ impl LinearOps for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_split, kperm_bytes};
+    use super::{decode_split, fold_chunk, kperm_bytes};
+
+    #[test]
+    fn long_k_takes_long_fold_chunks() {
+        // The default model (K = 576, 1,536) and the 1B's K = 2,048 keep chunks of 256; the 8B's
+        // K = 4,096 (4 chunks) and 14,336 (14), and the 1B's down (8,192: 8) take 1,024.
+        for (k, kc) in [(576, 256), (1536, 256), (2048, 256), (4064, 256), (4096, 1024), (8192, 1024), (14336, 1024)] {
+            assert_eq!(fold_chunk(k, super::FOLD_LONG_FROM), kc, "K = {k}");
+        }
+        assert_eq!(fold_chunk(14336, usize::MAX), 256);
+        assert_eq!(fold_chunk(576, 0), 1024);
+    }
 
     /// The stored element of element k, as `kperm` in kernels/linear_mma.cu computes it.
     fn kperm(k: usize) -> usize {
@@ -427,17 +479,21 @@ mod tests {
     #[test]
     fn many_rows_keep_whole_k_as_measured() {
         use super::keeps_whole_k;
-        // The 8B's q|k|v, o, gate|up (16 chunks) and down (56) at the row counts measured.
-        for (rows, chunks, whole) in [
-            (64, 16, true),
-            (64, 56, true),
-            (32, 16, true),
-            (32, 56, false),
-            (16, 16, false),
-            (8, 56, false),
-            (1, 16, false),
+        // The 8B's q|k|v, o, gate|up (K = 4,096) and down (14,336), both in chunks of 1,024, at
+        // the row counts measured, and K = 14,336 in chunks of 256.
+        for (rows, k, kc, whole) in [
+            (64, 4096, 1024, true),
+            (64, 14336, 1024, false),
+            (32, 4096, 1024, true),
+            (32, 14336, 1024, false),
+            (16, 4096, 1024, false),
+            (8, 14336, 1024, false),
+            (1, 4096, 1024, false),
+            (128, 14336, 1024, true),
+            (32, 14336, 256, true),
+            (16, 14336, 256, false),
         ] {
-            assert_eq!(keeps_whole_k(rows, chunks), whole, "{rows} rows, {chunks} chunks");
+            assert_eq!(keeps_whole_k(rows, k, kc), whole, "{rows} rows, K = {k} in chunks of {kc}");
         }
     }
 
@@ -446,18 +502,22 @@ mod tests {
         // Llama-3.1-8B at one row on 396 slots (132 SMs × 3): gate‖up splits K in 4 (1,792
         // blocks, 5 waves of 4 chunks) instead of one wave and a bit; down (64 tiles, 56 chunks)
         // fills one wave.
-        assert_eq!(decode_split(448, 16, 396, 8, 1.0), 4);
-        let per = decode_split(64, 56, 396, 8, 1.0);
+        assert_eq!(decode_split(448, 16, 1, 396, 8, 1.0), 4);
+        let per = decode_split(64, 56, 1, 396, 8, 1.0);
         assert!(64 * 56usize.div_ceil(per) <= 396, "{per}");
         // Partials cost more with more rows: 64 rows split no more than one row does.
-        assert!(decode_split(448, 16, 396, 64, 1.0) >= decode_split(448, 16, 396, 8, 1.0));
+        assert!(decode_split(448, 16, 1, 396, 64, 1.0) >= decode_split(448, 16, 1, 396, 8, 1.0));
         // A weight that fills two waves or more keeps whole chunks per block.
-        assert_eq!(decode_split(2004, 16, 396, 8, 1.0), 16);
-        assert_eq!(decode_split(100_000, 16, 396, 8, 1.0), 16);
+        assert_eq!(decode_split(2004, 16, 1, 396, 8, 1.0), 16);
+        assert_eq!(decode_split(100_000, 16, 1, 396, 8, 1.0), 16);
+        // Longer chunks: down at 64 rows in 14 chunks of 1,024 on 264 slots (two blocks an SM)
+        // splits into more tasks than the 32 tiles alone, each a few chunks.
+        let per = decode_split(32, 14, 4, 264, 64, 1.0);
+        assert!(per < 14 && 32 * 14usize.div_ceil(per) <= 264, "{per}");
         // Always a valid split.
         for tiles in [1, 7, 64, 396, 397, 2004] {
             for chunks in [1, 2, 16, 56] {
-                let p = decode_split(tiles, chunks, 396, 8, 1.0);
+                let p = decode_split(tiles, chunks, 1, 396, 8, 1.0);
                 assert!((1..=chunks).contains(&p));
             }
         }

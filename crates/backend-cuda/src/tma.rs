@@ -1,6 +1,7 @@
 //! The warp-specialised tensor-core `linear` (`linear_tma_bf16_n{8,16,32,64,128}` and the
-//! 64-feature `linear_tma_bf16_n{16,32,64}_f64` in kernels/linear_tma.cu): which instance takes a
-//! call, its shared memory and resident blocks,
+//! 64-feature `linear_tma_bf16_n{16,32,64}_f64` in kernels/linear_tma.cu, each also as `_k1024`
+//! for weights folded in chunks of 1,024): which instance takes a call, its shared memory and
+//! resident blocks,
 //! and the TMA tensor maps it reads its operands through — a 2-d bf16 matrix read in boxes of 64
 //! elements of K by 128 (weights) or N (activation) rows, 128-byte swizzled, with zeros past its
 //! last row and column, encoded on the host per launch (a driver call that touches no device
@@ -27,9 +28,12 @@ pub(crate) fn tma_kernel(rows: usize, max_rows: usize) -> (usize, String) {
     (i, format!("linear_tma_bf16_n{}", TMA_ROWS[i]))
 }
 
-/// The name of the instance of `n` rows and `ft` features a task.
-pub(crate) fn tma_name(n: usize, ft: usize) -> String {
-    if ft == 64 { format!("linear_tma_bf16_n{n}_f64") } else { format!("linear_tma_bf16_n{n}") }
+/// The name of the instance of `n` rows and `ft` features a task for a weight folded in chunks
+/// of `kc` (256 or 1,024: `ops_linear::fold_chunk`).
+pub(crate) fn tma_name(n: usize, ft: usize, kc: usize) -> String {
+    let f = if ft == 64 { "_f64" } else { "" };
+    let k = if kc == 1024 { "_k1024" } else { "" };
+    format!("linear_tma_bf16_n{n}{f}{k}")
 }
 
 /// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
@@ -47,6 +51,7 @@ pub(crate) fn tma_smem(n: usize, ft: usize) -> usize {
 /// The shared memory a TMA instance is launched with, from its name (None for other kernels).
 pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
+    let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
         None => (rest, 128),
@@ -83,7 +88,7 @@ impl TmaPlan {
         use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
         let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
         let resident = |n: usize, ft: usize| -> Result<usize, CudaError> {
-            let per_sm = kernels[&tma_name(n, ft)]
+            let per_sm = kernels[&tma_name(n, ft, 256)]
                 .occupancy_max_active_blocks_per_multiprocessor(TMA_THREADS, tma_smem(n, ft), None)
                 .map_err(driver("reading the TMA kernel's occupancy"))?;
             Ok(sms * per_sm.max(1) as usize)
@@ -170,12 +175,15 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
 
 #[cfg(test)]
 mod tests {
-    use super::{tma_kernel, tma_smem, tma_smem_of};
+    use super::{tma_kernel, tma_name, tma_smem, tma_smem_of};
 
     #[test]
     fn instances_are_sized_by_their_name() {
         assert_eq!(tma_smem_of("linear_tma_bf16_n64"), Some(tma_smem(64, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n64_f64"), Some(6 * (64 * 128 + 64 * 128) + 1024));
+        assert_eq!(tma_smem_of("linear_tma_bf16_n64_f64_k1024"), tma_smem_of("linear_tma_bf16_n64_f64"));
+        assert_eq!(tma_smem_of(&tma_name(32, 128, 1024)), Some(tma_smem(32, 128)));
+        assert_eq!(tma_name(16, 64, 256), "linear_tma_bf16_n16_f64");
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
         // Two blocks of each few-row instance fit an H200 SM's 227 KB.

@@ -63,12 +63,14 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     let Some(b) = device::backend("linear") else { return };
     let mut rng = Rng::new(device::seed());
     // bf16 weights run on the tensor cores: up to 64 rows on the decode kernel
-    // (kernels/linear_mma.cu), which at K = 8192 (32 chunks) and 40 features splits K into 32
-    // blocks whose partials the last to arrive folds; more rows on the wgmma kernel
-    // (kernels/linear_wgmma.cu). Every path must give a row the same bits. On the TMA kernels,
-    // 32 and 64 rows of these narrow weights keep whole K on tasks of 64 features
-    // (`linear_tma_bf16_n{32,64}_f64`); 200 features end in a partial 64-feature tile.
-    for (n, k) in [(40, 8192), (200, 1280)] {
+    // (kernels/linear_mma.cu), which at K = 8192 (8 chunks of 1,024: `fold_chunk`) and 40
+    // features splits K into blocks whose partials the last to arrive folds; more rows on the
+    // wgmma kernel (kernels/linear_wgmma.cu). Every path must give a row the same bits. On the
+    // TMA kernels, 32 and 64 rows of these narrow weights keep whole K on tasks of 64 features
+    // (`linear_tma_bf16_n{32,64}_f64`) where their chunks are short, and split it where they
+    // are long; 200 features end in a partial 64-feature tile. K = 9248 takes ten chunks of
+    // 1,024, the last of 32 elements (the rest of its stages zeros), split at 64 rows too.
+    for (n, k) in [(40, 8192), (200, 1280), (72, 9248)] {
         let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
         let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
         check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {

@@ -4,10 +4,12 @@
 // products, as every bf16 engine does; products and sums are fp32.
 //
 // The canonical arithmetic of one output element, fixed by K alone (GPU.md's chunked-K fold):
-// K is cut into chunks of 256 (the last may be shorter; elements past K count as 0 * 0). Chunk c's
-// partial is 16 k16 tensor-core steps s = 0..15 in ascending order, the first onto a zero
-// accumulator. Step s multiplies the 16 chunk elements 32*(s/2) + 8*t + 4*(s%2) + {0, 1, 2, 3}
-// (t = 0..3) placed at the instruction's k positions {2t, 2t+1, 2t+8, 2t+9}. The element is the
+// K is cut into chunks of kc elements, kc = 256, or 1,024 from K = 4,096 on (`ops_linear::fold_chunk`:
+// long K in long chunks, so a split K's partials and a whole K's folds stay few; the last chunk
+// may be shorter and elements past K count as 0 * 0). Chunk c's partial is kc / 16 k16 tensor-core steps s = 0, 1, ...
+// in ascending order, the first onto a zero accumulator. Step s multiplies the 16 chunk elements
+// 32*(s/2) + 8*t + 4*(s%2) + {0, 1, 2, 3} (t = 0..3) placed at the instruction's k positions
+// {2t, 2t+1, 2t+8, 2t+9}. The element is the
 // left fold 0+p0, (0+p0)+p1, ... in ascending chunk order (__fadd_rn; the leading 0 + p0 only
 // turns a -0 partial into +0, whichever way a kernel's first step treats its zero accumulator).
 // An mma computes each output element from its own row of A and column of B alone, so which
@@ -23,6 +25,7 @@
 // p / 2, positions 0..7 in order: wgmma stages whole pieces, and the mma.sync fragments (thread t
 // takes words {t, 4+t, 8+t, 12+t}) hold the same elements as 16 unpermuted bytes did.
 
+// The shortest fold chunk, and the unit the decode kernel below stages K in.
 #define MMA_KC 256
 
 // The stored index of element k of a k-permuted row.
@@ -95,7 +98,7 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
 }
 
-// Staged rows of 512 bytes (one chunk of bf16): piece p of row r sits at p ^ (r % 8), so the 8
+// Staged rows of 512 bytes (a unit of 256 bf16): piece p of row r sits at p ^ (r % 8), so the 8
 // rows an ldmatrix phase reads hit 8 distinct 16-byte bank groups.
 #define DEC_FEAT 64
 #define DEC_ROW_BYTES (MMA_KC * 2)
@@ -103,9 +106,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ int dec_at(int r, int p) { return r * DEC_ROW_BYTES + ((p ^ (r & 7)) << 4); }
 
 // Few rows (decode, verify; at most 64): a block takes 64 features (16 per warp) of every row over
-// the chunks [split * chunks_per_split, ...) of K. Each chunk's 64 weight rows and the rows of x
-// are staged by cp.async, two chunks deep, into shared memory (512-byte rows, pieces swizzled as
-// above) and read into mma fragments by ldmatrix. With one split the block folds its chunks in
+// the chunks [split * chunks_per_split, ...) of K. The 64 weight rows and the rows of x are staged
+// 256 of K at a time by cp.async, two units deep, into shared memory (512-byte rows, pieces
+// swizzled as above) and read into mma fragments by ldmatrix. With one split the block folds its chunks in
 // registers; with several, each chunk's partial goes to `part` ([chunk][row][feature]) and the
 // last block of a feature tile to arrive (`counters` count arrivals, never add values; that block
 // resets its counter to zero) folds them in chunk order. TW warps share each 16 features, warp
@@ -115,7 +118,7 @@ __device__ __forceinline__ int dec_at(int r, int p) { return r * DEC_ROW_BYTES +
 template <int TW>
 __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                                   float* __restrict__ out, int num_rows, int n_out, int k_in,
-                                                  int chunks_per_split, float* __restrict__ part,
+                                                  int kc, int chunks_per_split, float* __restrict__ part,
                                                   u32* __restrict__ counters) {
     constexpr int NT = 128 * TW;
     extern __shared__ __align__(128) u8 smem[];
@@ -123,17 +126,21 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int fw = warp % 4, tw = warp / 4;
     const int f0 = blockIdx.x * DEC_FEAT;
-    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
+    // The block stages K in units of MMA_KC (256), `upc` of them a chunk (kc, the weight's fold
+    // chunk: ops_linear::fold_chunk); a chunk's partial runs on over its units.
+    const int num_chunks = (k_in + kc - 1) / kc, upc = kc / MMA_KC;
+    const int num_units = (k_in + MMA_KC - 1) / MMA_KC;
     const int c_lo = blockIdx.y * chunks_per_split, c_hi = min(num_chunks, c_lo + chunks_per_split);
+    const int u_lo = c_lo * upc, u_hi = min(num_units, c_hi * upc);
     const int groups = (num_rows + 7) / 8;
     const int stage_bytes = (DEC_FEAT + 8 * groups) * DEC_ROW_BYTES;
     const bool split = gridDim.y > 1;
 
-    // Chunk c into buffer b: weight rows 0..63, then 8 * groups rows of x (zeros past the last row
+    // Unit v into buffer b: weight rows 0..63, then 8 * groups rows of x (zeros past the last row
     // and K); consecutive threads take consecutive pieces of a row.
-    auto issue = [&](int c, int b) {
+    auto issue = [&](int v, int b) {
         u8* st = smem + b * stage_bytes;
-        const int k0 = c * MMA_KC;
+        const int k0 = v * MMA_KC;
         for (int i = threadIdx.x; i < (DEC_FEAT + 8 * groups) * 32; i += NT) {
             const int r = i / 32, p = i % 32, k = k0 + 8 * p;
             const bool kin = k < k_in;
@@ -150,12 +157,14 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    float acc[8 / TW][4];
-    issue(c_lo, 0);
-    for (int c = c_lo; c < c_hi; c++) {
-        const int b = (c - c_lo) & 1;
-        if (c + 1 < c_hi) {
-            issue(c + 1, b ^ 1);
+    float acc[8 / TW][4], d[8 / TW][4];
+    issue(u_lo, 0);
+    for (int v = u_lo; v < u_hi; v++) {
+        const int b = (v - u_lo) & 1, c = v / upc;
+        // Whether unit v starts its chunk's partial (onto zeroed accumulators) or ends it.
+        const bool first = v % upc == 0, last = v % upc == upc - 1 || v == u_hi - 1;
+        if (v + 1 < u_hi) {
+            issue(v + 1, b ^ 1);
             asm volatile("cp.async.wait_group 1;\n" ::);
         } else {
             asm volatile("cp.async.wait_group 0;\n" ::);
@@ -172,26 +181,30 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
         for (int gi = 0; gi < 8 / TW; gi++) {
             const int grp = tw + TW * gi;
             if (grp >= groups) break;
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (first) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) d[gi][e] = 0.0f;
+            }
             // Rows of x: lane l addresses token 8 grp + l % 8, piece 2 s + l / 8 (two steps).
             const int br = DEC_FEAT + 8 * grp + (lane & 7);
 #pragma unroll
             for (int s = 0; s < 16; s += 2) {
                 u32 bf[4];
                 ldmatrix_x4(bf, st + dec_at(br, 2 * s + (lane >> 3)));
-                mma_bf16(d, a[s][0], a[s][1], a[s][2], a[s][3], bf[0], bf[1]);
-                mma_bf16(d, a[s + 1][0], a[s + 1][1], a[s + 1][2], a[s + 1][3], bf[2], bf[3]);
+                mma_bf16(d[gi], a[s][0], a[s][1], a[s][2], a[s][3], bf[0], bf[1]);
+                mma_bf16(d[gi], a[s + 1][0], a[s + 1][1], a[s + 1][2], a[s + 1][3], bf[2], bf[3]);
             }
+            if (!last) continue;
             if (split) {
                 const int fa = f0 + 16 * fw + g, tok = 8 * grp + 2 * t;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int f = fa + 8 * (e / 2), n = tok + e % 2;
-                    if (f < n_out && n < num_rows) part[((u64)c * num_rows + n) * n_out + f] = d[e];
+                    if (f < n_out && n < num_rows) part[((u64)c * num_rows + n) * n_out + f] = d[gi][e];
                 }
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[gi][e] = __fadd_rn(c == c_lo ? 0.0f : acc[gi][e], d[e]);
+                for (int e = 0; e < 4; e++) acc[gi][e] = __fadd_rn(c == c_lo ? 0.0f : acc[gi][e], d[gi][e]);
             }
         }
         __syncthreads();  // every warp is done with buffer b before it is restaged
@@ -228,16 +241,16 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
 
 extern "C" __global__ void __launch_bounds__(128, 1)
     linear_mma_decode_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
-                           int num_rows, int n_out, int k_in, int chunks_per_split, float* __restrict__ part,
-                           u32* __restrict__ counters) {
+                           int num_rows, int n_out, int k_in, int kc, int chunks_per_split,
+                           float* __restrict__ part, u32* __restrict__ counters) {
     PDL_ENTRY();
-    linear_mma_decode<1>(x, w, row_bytes, out, num_rows, n_out, k_in, chunks_per_split, part, counters);
+    linear_mma_decode<1>(x, w, row_bytes, out, num_rows, n_out, k_in, kc, chunks_per_split, part, counters);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     linear_mma_decode_wide_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
-                                float* __restrict__ out, int num_rows, int n_out, int k_in, int chunks_per_split,
-                                float* __restrict__ part, u32* __restrict__ counters) {
+                                float* __restrict__ out, int num_rows, int n_out, int k_in, int kc,
+                                int chunks_per_split, float* __restrict__ part, u32* __restrict__ counters) {
     PDL_ENTRY();
-    linear_mma_decode<2>(x, w, row_bytes, out, num_rows, n_out, k_in, chunks_per_split, part, counters);
+    linear_mma_decode<2>(x, w, row_bytes, out, num_rows, n_out, k_in, kc, chunks_per_split, part, counters);
 }

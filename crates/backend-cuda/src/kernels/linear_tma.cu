@@ -152,7 +152,7 @@ __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 1
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT>
+template <int N, int FT, int SPC>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
@@ -160,7 +160,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
-    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), SPC = MMA_KC / WG_KS;
+    // SPC: stages of 64 of K in a chunk (the weight's fold chunk, 256 or 1,024: ops_linear::fold_chunk).
+    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
     static_assert(FT == 128 || (FT == 64 && N >= 16), "64-feature tasks split at least 16 rows");
     extern __shared__ __align__(128) u8 smem[];
@@ -169,7 +170,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // The swizzled tiles need 1024-byte alignment; the launch gives 1 KB of slack for it.
     const u32 base = (smem_addr(smem) + 1023) & ~1023u;
     const u32 full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[STAGES]);
-    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
+    const int num_chunks = (k_in + KC - 1) / KC;
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
@@ -328,21 +329,27 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
         fold_column(part + i, (u64)num_rows * n_all, num_chunks);
 }
 
-#define LINEAR_TMA(N, FT, NAME, BLOCKS)                                                                            \
+// One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
+// the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
+// accumulators of the 64-row instance at its 96 registers).
+#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS)                                                                       \
     extern "C" __global__ void __launch_bounds__(288, BLOCKS) linear_tma_bf16_##NAME(                               \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
         u32* __restrict__ counters) {                                                                              \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
-        linear_tma<N, FT>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in, chunks_per_split,   \
-                      part, counters);                                                                             \
+        linear_tma<N, FT, SPC>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,              \
+                               chunks_per_split, part, counters);                                                  \
     }
-LINEAR_TMA(8, 128, n8, 2)
-LINEAR_TMA(16, 128, n16, 2)
-LINEAR_TMA(32, 128, n32, 2)
-LINEAR_TMA(64, 128, n64, 2)
-LINEAR_TMA(128, 128, n128, 1)
-LINEAR_TMA(16, 64, n16_f64, 2)
-LINEAR_TMA(32, 64, n32_f64, 2)
-LINEAR_TMA(64, 64, n64_f64, 2)
+#define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
+    LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
+    LINEAR_TMA(N, FT, 16, NAME##_k1024, BLOCKS)
+LINEAR_TMA_KC(8, 128, n8, 2)
+LINEAR_TMA_KC(16, 128, n16, 2)
+LINEAR_TMA_KC(32, 128, n32, 2)
+LINEAR_TMA_KC(64, 128, n64, 2)
+LINEAR_TMA_KC(128, 128, n128, 1)
+LINEAR_TMA_KC(16, 64, n16_f64, 2)
+LINEAR_TMA_KC(32, 64, n32_f64, 2)
+LINEAR_TMA_KC(64, 64, n64_f64, 2)

@@ -53,14 +53,15 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], u64 da, u64 db) {
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     linear_wgmma_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
-                      int num_rows, int n_out, int k_in) {
+                      int num_rows, int n_out, int k_in, int kc) {
     PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) u8 smem[];
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int f0 = blockIdx.y * WG_FEAT, r0 = blockIdx.x * WG_TOK;
-    const int num_chunks = (k_in + MMA_KC - 1) / MMA_KC;
-    const int total = num_chunks * (MMA_KC / WG_KS);
+    // SPC: stages of a chunk of K (`kc`, the weight's fold chunk: ops_linear::fold_chunk).
+    const int num_chunks = (k_in + kc - 1) / kc, SPC = kc / WG_KS;
+    const int total = num_chunks * SPC;
 
     // Stage s into buffer s % WG_STAGES: 128 rows x 8 pieces of each operand. Thread i copies
     // piece (i / 8) % 8 of rows (i / 64) * 8 + i % 8 + 32 j, j = 0..3, so the 8 threads of a
@@ -107,9 +108,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     for (int c = 0; c < num_chunks; c++) {
 #pragma unroll
         for (int e = 0; e < 64; e++) d[e] = 0.0f;
-#pragma unroll
-        for (int q = 0; q < MMA_KC / WG_KS; q++) {
-            const int s = c * (MMA_KC / WG_KS) + q;
+        for (int q = 0; q < SPC; q++) {
+            const int s = c * SPC + q;
             // Stage s has landed for every thread, and every warpgroup is done with stage s - 2.
             asm volatile("cp.async.wait_group %0;\n" ::"n"(WG_STAGES - 3));
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
