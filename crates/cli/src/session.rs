@@ -231,6 +231,7 @@ impl OpenBackend for CudaBackend {
             "kernels_from_disk_cache": self.kernels_cached,
             "cuda_graphs": self.graphs_enabled(),
             "kv_store": plumb_core::Backend::kv_store(self).name(),
+            "linear_long_fold_chunks_from_k": self.fold_long_from(),
             "kernels": self
                 .kernel_choices()
                 .into_iter()
