@@ -66,6 +66,15 @@ pub enum CudaError {
     Nvrtc { during: &'static str, code: String, log: String },
 }
 
+/// The whole number the environment variable `name` holds, else `default`; a value that is not
+/// one is a `BadSetting` saying what was `expected`.
+fn number_setting(name: &'static str, default: usize, expected: &'static str) -> Result<usize, CudaError> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().map_err(|_| CudaError::BadSetting { name, value: v, expected }),
+        Err(_) => Ok(default),
+    }
+}
+
 fn driver(during: &'static str) -> impl FnOnce(DriverError) -> CudaError {
     move |source| CudaError::Driver { during, source }
 }
@@ -242,23 +251,17 @@ impl CudaBackend {
         let decode_slots = resident_blocks(&ctx, &kernels, "linear_mma_decode_bf16", 128)?;
         let decode_slots_wide = resident_blocks(&ctx, &kernels, "linear_mma_decode_wide_bf16", 256)?;
         let tma = tma::TmaPlan::new(&ctx, &kernels)?;
-        let decode_wide_groups = match std::env::var("PLUMB_CUDA_DECODE_WIDE") {
-            Ok(v) => v.parse().map_err(|_| CudaError::BadSetting {
-                name: "PLUMB_CUDA_DECODE_WIDE",
-                value: v,
-                expected: "a number of 8-row groups (9: never)",
-            })?,
-            Err(_) => ops_linear::DECODE_WIDE_GROUPS,
-        };
+        let decode_wide_groups = number_setting(
+            "PLUMB_CUDA_DECODE_WIDE",
+            ops_linear::DECODE_WIDE_GROUPS,
+            "a number of 8-row groups (9: never)",
+        )?;
         let decode_fill = std::env::var("PLUMB_CUDA_DECODE_FILL").ok().and_then(|v| v.parse().ok());
-        let fold_long_from = match std::env::var("PLUMB_CUDA_KC_LONG_FROM") {
-            Ok(v) => v.parse().map_err(|_| CudaError::BadSetting {
-                name: "PLUMB_CUDA_KC_LONG_FROM",
-                value: v,
-                expected: "a K in elements (a large one: chunks of 256 everywhere)",
-            })?,
-            Err(_) => ops_linear::FOLD_LONG_FROM,
-        };
+        let fold_long_from = number_setting(
+            "PLUMB_CUDA_KC_LONG_FROM",
+            ops_linear::FOLD_LONG_FROM,
+            "a K in elements (a large one: chunks of 256 everywhere)",
+        )?;
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
