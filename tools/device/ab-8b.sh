@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# ab-8b.sh — one device call's A/B of backend settings on the Llama-3.1-8B shape: the CUDA
+# backend's bit tests under each setting, then for each setting in turn plumb's GEMMs against
+# cuBLASLt (gemm_8b), `plumb bench --concurrency` and one request's pp/tg, the whole round twice
+# in alternating order (A B, then B A) so drift between runs shows as a spread, not a verdict.
+#
+#   SETTINGS="new: old:PLUMB_CUDA_KC_LONG_FROM=1000000000" tools/device/ab-8b.sh BIN_DIR OUT_DIR
+#
+# SETTINGS: space-separated TAG:ASSIGNMENTS, the assignments comma-separated VAR=VALUE (none: the
+# defaults). BIN_DIR: what tools/device/stage.sh writes (plumb, gemm_8b, the test binaries).
+# PHASES (default "tests gemm conc tg") picks phases; TESTS the test binaries (default
+# row_invariance conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
+# concurrency levels (default 32,64); ROUNDS 1 or 2 (default 2). The checkpoint goes to /tmp/l8b
+# (16 GB, made once by `plumb synth`). Writes OUT_DIR/ab.txt (every figure, tagged) and each run's
+# receipt; exits non-zero when a test failed.
+set -u
+B=${1:?usage: ab-8b.sh BIN_DIR OUT_DIR}
+OUT=${2:?usage: ab-8b.sh BIN_DIR OUT_DIR}
+read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
+mkdir -p "$OUT"
+L=$OUT/ab.txt
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PLUMB_REQUIRE_GPU=1
+export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
+PH=${PHASES:-tests gemm conc tg}
+has() { [[ " $PH " == *" $1 "* ]]; }
+status=0
+
+# The tag of setting i and its assignments as `env` arguments.
+tag_of() { echo "${1%%:*}"; }
+env_of() {
+    local a=${1#*:}
+    [ -n "$a" ] && tr ',' ' ' <<<"$a"
+}
+run_with() {
+    local s=$1
+    shift
+    # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
+    env $(env_of "$s") "$@"
+}
+
+if has conc || has tg; then
+    ([ -e /tmp/l8b/config.json ] || "$B/plumb" synth --arch llama-3.1-8b -t 8 /tmp/l8b >"$OUT/synth.log" 2>&1) &
+    synth=$!
+fi
+if has tests; then
+    for s in "${SET[@]}"; do
+        for t in ${TESTS:-row_invariance conformance graphs}; do
+            SECONDS=0
+            run_with "$s" timeout "${TEST_TIMEOUT:-200}" "$B/$t" --test-threads 1 >"$OUT/$t-$(tag_of "$s").log" 2>&1
+            rc=$?
+            [ $rc = 0 ] || status=1
+            echo "[$(tag_of "$s")] $t rc=$rc ${SECONDS}s $(grep 'test result' "$OUT/$t-$(tag_of "$s").log" | tail -1)" >>"$L"
+        done
+    done
+fi
+[ -n "${synth:-}" ] && { wait "$synth" || status=1; }
+P=("$B/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b)
+order=("${SET[@]}")
+for round in $(seq 1 "${ROUNDS:-2}"); do
+    for s in "${order[@]}"; do
+        tag=$(tag_of "$s")
+        if has gemm; then
+            SECONDS=0
+            echo "## [$tag] gemm_8b (round $round)" >>"$L"
+            run_with "$s" GEMM_MS="${GEMM_MS:-1,8,16,32,64}" GEMM_SHAPES="${GEMM_SHAPES:-qkv,o,down,gate_up}" \
+                timeout 200 "$B/gemm_8b" "$OUT/gemm-$tag-$round.json" 2>&1 | grep -E "^(qkv|o |down|gate_up|head)" >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+        if has conc; then
+            SECONDS=0
+            echo "## [$tag] concurrency ${LEVELS:-32,64} (round $round)" >>"$L"
+            run_with "$s" timeout 200 "${P[@]}" --concurrency "${LEVELS:-32,64}" --prompt-len 512 --gen-len 256 \
+                --receipt "$OUT/conc-$tag-$round.json" 2>&1 | grep concurrent >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+        if has tg; then
+            SECONDS=0
+            echo "## [$tag] pp512, tg64, depth 512 (round $round)" >>"$L"
+            run_with "$s" timeout 150 "${P[@]}" --prompt-len 512 --gen-len 64 --depth 512 --repetitions 2 \
+                --receipt "$OUT/tg-$tag-$round.json" 2>&1 | grep -E "^(pp|tg)" >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+    done
+    # The next round runs the settings in reverse order.
+    rev=()
+    for ((i = ${#order[@]} - 1; i >= 0; i--)); do rev+=("${order[i]}"); done
+    order=("${rev[@]}")
+done
+cat "$L"
+exit $status
