@@ -106,8 +106,9 @@ pub(crate) fn decode_split(
     best.1
 }
 
-/// Whether the TMA `linear` keeps whole K per block at `rows` rows over K `k` in chunks of `kc`,
-/// whatever `decode_split` models: from 32 rows on, for K of up to 4,096 and wherever a chunk's
+/// Whether the TMA `linear` keeps whole K per block at `rows` rows over `num_chunks` chunks of
+/// `kc`, whatever `decode_split` models: from 32 rows on, for K of four chunks or fewer (a split
+/// leaves tasks of a chunk or two, measured slower) and wherever a chunk's
 /// partials (rows × 4 bytes a feature, written and read back) pass a quarter of its weight bytes
 /// (kc × 2 a feature: 16 × rows > kc). Measured on the H200 at the 8B's shapes, every split
 /// against none: with chunks of 256 (receipts/gemm-cuda-llama8b-split-sweep.txt) a split's
@@ -118,8 +119,8 @@ pub(crate) fn decode_split(
 /// against 106.9–111.3), while down (14 chunks) gained from its split (64 rows: 55.1 against 61.4
 /// whole; 32 rows: 45.8 against 56.4), as every shape does at 8 and 16 rows. The same bits either
 /// way.
-pub(crate) fn keeps_whole_k(rows: usize, k: usize, kc: usize) -> bool {
-    rows >= 32 && (k <= 4096 || 16 * rows > kc)
+pub(crate) fn keeps_whole_k(rows: usize, num_chunks: usize, kc: usize) -> bool {
+    rows >= 32 && (num_chunks <= 4 || 16 * rows > kc)
 }
 
 /// A bf16 matrix's bytes k-permuted as the tensor-core kernels read them (kernels/linear_mma.cu,
@@ -254,7 +255,9 @@ impl CudaBackend {
             let slots = if wide { self.decode_slots_wide[groups - 1] } else { self.decode_slots[groups - 1] };
             // A free choice: the fold is the same with any split.
             let per_split = match slots {
-                Some(slots) => decode_split(tiles, num_chunks, kc / 256, slots, x.padded_rows, self.decode_fill),
+                Some(slots) => {
+                    decode_split(tiles, num_chunks, kc / FOLD_SHORT_KC, slots, x.padded_rows, self.decode_fill)
+                }
                 None => num_chunks.div_ceil(DECODE_BLOCKS.div_ceil(tiles).clamp(1, num_chunks)),
             };
             let splits = num_chunks.div_ceil(per_split);
@@ -317,8 +320,10 @@ impl CudaBackend {
         let per_split = if n <= 64 {
             match self.tma.splits {
                 Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
-                None if keeps_whole_k(rows, cols, kc) => num_chunks,
-                None => decode_split(tiles_128, num_chunks, kc / 256, self.tma.slots[i], rows, self.decode_fill),
+                None if keeps_whole_k(rows, num_chunks, kc) => num_chunks,
+                None => {
+                    decode_split(tiles_128, num_chunks, kc / FOLD_SHORT_KC, self.tma.slots[i], rows, self.decode_fill)
+                }
             }
         } else {
             num_chunks
@@ -479,21 +484,21 @@ mod tests {
     #[test]
     fn many_rows_keep_whole_k_as_measured() {
         use super::keeps_whole_k;
-        // The 8B's q|k|v, o, gate|up (K = 4,096) and down (14,336), both in chunks of 1,024, at
-        // the row counts measured, and K = 14,336 in chunks of 256.
-        for (rows, k, kc, whole) in [
-            (64, 4096, 1024, true),
-            (64, 14336, 1024, false),
-            (32, 4096, 1024, true),
-            (32, 14336, 1024, false),
-            (16, 4096, 1024, false),
-            (8, 14336, 1024, false),
-            (1, 4096, 1024, false),
-            (128, 14336, 1024, true),
-            (32, 14336, 256, true),
-            (16, 14336, 256, false),
+        // The 8B's q|k|v, o, gate|up (K = 4,096: 4 chunks) and down (14,336: 14), both in chunks
+        // of 1,024, at the row counts measured, and K = 14,336 in 56 chunks of 256.
+        for (rows, chunks, kc, whole) in [
+            (64, 4, 1024, true),
+            (64, 14, 1024, false),
+            (32, 4, 1024, true),
+            (32, 14, 1024, false),
+            (16, 4, 1024, false),
+            (8, 14, 1024, false),
+            (1, 4, 1024, false),
+            (128, 14, 1024, true),
+            (32, 56, 256, true),
+            (16, 56, 256, false),
         ] {
-            assert_eq!(keeps_whole_k(rows, k, kc), whole, "{rows} rows, K = {k} in chunks of {kc}");
+            assert_eq!(keeps_whole_k(rows, chunks, kc), whole, "{rows} rows, {chunks} chunks of {kc}");
         }
     }
 
