@@ -84,13 +84,14 @@ pub(crate) fn attention_blocks(
     (warps, decode && blocks < fill * sms)
 }
 
-/// The most bytes of split states one attention call may keep for `attention_merge` (beyond, its
-/// rows walk their splits on one block each: the same bits).
+/// The most bytes of split states one attention call may keep for their fold (beyond, its rows
+/// walk their splits on one block each: the same bits).
 const SPLIT_KV_PART_BYTES: usize = 64 << 20;
 
 /// How many blocks decode rows split their context over (`None`: each row's block walks it all).
 /// Decode rows (a block each) may split their context over blocks, one per split of the kernel's
-/// form (`split_len` positions), and `attention_merge` folds the splits in order: a free choice,
+/// form (`split_len` positions), and the splits fold in order (on the tensor cores by the last of
+/// a row's blocks to finish, else by `attention_merge`): a free choice,
 /// the walk folds them with the same arithmetic. The count is a power of two, so a decode step's
 /// graph changes only when the longest context doubles; a context of one split needs no merge
 /// (one launch less per layer); and the split states of `pairs` (row, head) pairs stay within
@@ -100,7 +101,7 @@ pub(crate) fn split_kv(pairs: usize, head_dim: usize, longest: usize, split_len:
     (splits > 1 && split_states_bytes(pairs, head_dim, splits) <= SPLIT_KV_PART_BYTES).then_some(splits)
 }
 
-/// Bytes of the split states `attention_merge` folds: per (row, head) pair and split, the
+/// Bytes of the split states a split decode launch folds: per (row, head) pair and split, the
 /// unnormalised output and the running max and sum, in f32.
 pub(crate) fn split_states_bytes(pairs: usize, head_dim: usize, splits: usize) -> usize {
     pairs * splits * (head_dim + 2) * 4

@@ -123,10 +123,11 @@ pub struct CudaBackend {
     graphs_enabled: AtomicBool,
     /// Whether `pick` runs on the device (`pick.rs`).
     pub(crate) picks_enabled: AtomicBool,
-    /// Arrival counters of the decode kernel's feature tiles (zero between launches: the last
-    /// block of a tile resets its counter), one per 64 features of the widest weight up to
-    /// `DECODE_COUNTERS` × 64.
-    decode_counters: CudaSlice<u32>,
+    /// Arrival counters, zero between launches (the last block to arrive resets its counter): the
+    /// decode `linear`'s feature tiles (one per 64 features, so weights up to `ARRIVAL_COUNTERS` ×
+    /// 64 features) and a split decode attention's (row, KV head) blocks. Kernels of one stream
+    /// take them in turn: each waits for its predecessor (`griddepcontrol.wait`) before counting.
+    arrival_counters: CudaSlice<u32>,
     /// The element type new KV caches store K and V in (`KvStore` as a u8: 0 f32, 1 f16, 2 bf16).
     kv_store: std::sync::atomic::AtomicU8,
     /// Resident blocks of the decode kernel on the whole device, per number of 8-row groups
@@ -181,7 +182,7 @@ pub struct CudaBackend {
 }
 
 /// Feature tiles of 64 the decode kernel can count arrivals for: weights up to 4M features.
-const DECODE_COUNTERS: usize = 1 << 16;
+const ARRIVAL_COUNTERS: usize = 1 << 16;
 
 impl CudaBackend {
     /// The backend on device `ordinal`: loads the driver and NVRTC, creates the context, and
@@ -288,9 +289,9 @@ impl CudaBackend {
             decode_wide_groups,
             decode_fill: decode_fill.unwrap_or(ops_linear::DECODE_FILL),
             tma,
-            decode_counters: stream
-                .alloc_zeros::<u32>(DECODE_COUNTERS)
-                .map_err(driver("allocating the decode counters"))?,
+            arrival_counters: stream
+                .alloc_zeros::<u32>(ARRIVAL_COUNTERS)
+                .map_err(driver("allocating the arrival counters"))?,
             kv_store: std::sync::atomic::AtomicU8::new(store_code(default_kv_store()?)),
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
@@ -453,10 +454,10 @@ impl CudaBackend {
         (p.num_hits, p.num_misses)
     }
 
-    /// The device address of the decode kernel's `tiles` (zeroed) arrival counters.
-    pub(crate) fn decode_counters(&self, tiles: usize) -> u64 {
-        assert!(tiles <= DECODE_COUNTERS, "a weight of {} features is wider than the decode kernel counts", tiles * 64);
-        self.decode_counters.device_ptr(&self.stream).0
+    /// The device address of `n` (zeroed) arrival counters.
+    pub(crate) fn arrival_counters(&self, n: usize) -> u64 {
+        assert!(n <= ARRIVAL_COUNTERS, "{n} arrival counters asked for, {ARRIVAL_COUNTERS} kept");
+        self.arrival_counters.device_ptr(&self.stream).0
     }
 
     pub(crate) fn kernel(&self, name: &str) -> &CudaFunction {

@@ -443,8 +443,20 @@ impl AttentionOps for CudaBackend {
             .i32(rows_per_block as i32);
         // The split workspace (0: the walk folds the splits itself).
         let l = l.ptr(part.as_ref().map_or(0, |p| p.ptr)).i32(splits.unwrap_or(1) as i32);
-        // The tensor-core kernel takes its split length.
-        let l = if mma { l.i32(split_len as i32) } else { l };
+        if mma {
+            // The tensor-core kernel takes its split length, the rounded copy of out it writes for
+            // the o projection's tensor-core weight (as `rms_norm` does for q|k|v), and the arrival
+            // counters by which the last block of a split row folds the splits itself.
+            let round = self.mma_weights.load(std::sync::atomic::Ordering::Relaxed);
+            let rounded = round.then(|| self.alloc(padded * q.cols * 2));
+            let arrivals =
+                if splits.is_some() { self.arrival_counters(cfg.grid_dim.0 as usize * spec.num_kv_heads) } else { 0 };
+            self.submit(l.i32(split_len as i32).ptr(rounded.as_ref().map_or(0, |b| b.ptr)).ptr(arrivals));
+            if let Some(buf) = rounded {
+                self.keep_rounded(out, buf);
+            }
+            return;
+        }
         self.submit(l);
         if let (Some(part), Some(splits)) = (part, splits) {
             let pairs = padded * num_heads;

@@ -288,7 +288,7 @@ impl CudaBackend {
             .i32(kc as i32);
         let l = match &decode {
             Some((per_split, part)) => {
-                let counters = self.decode_counters(w.rows.div_ceil(64));
+                let counters = self.arrival_counters(w.rows.div_ceil(64));
                 l.i32(*per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters)
             }
             None => l,
@@ -346,7 +346,7 @@ impl CudaBackend {
         // their own, every element in parallel.
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
         // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is ft / 64.
-        let counters = if fold_apart { 0 } else { self.decode_counters(tiles * ft / 64) };
+        let counters = if fold_apart { 0 } else { self.arrival_counters(tiles * ft / 64) };
         // Weight i's map, output and features; a launch of fewer weights repeats the first map
         // (never read: those weights have no features).
         let seg = |i: usize| {

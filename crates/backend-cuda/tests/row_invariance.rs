@@ -435,6 +435,46 @@ fn attention_rows_invariant(b: &CudaBackend, store: KvStore) {
     );
 }
 
+/// With bf16 weights loaded, the tensor-core attention also writes its output as `round_bf16`
+/// makes it, for the o projection: a linear after it gives the bits of a fresh rounding — for a
+/// decode row alone and two of two lanes (their contexts split, the last block folding the
+/// splits) and for 257 rows in prefill-like chunks (walked).
+#[test]
+fn attentions_rounded_copy_gives_the_bits_of_rounding_again() {
+    let Some(b) = device::backend("attention + linear") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xa7b0);
+    let (lanes, spec, lens) = lanes_and_spec();
+    let (heads, width) = (9, spec.num_kv_heads * spec.head_dim);
+    let cols = heads * spec.head_dim;
+    let w = weight(&b, &mut rng, GgmlType::BF16, 40, cols);
+    let total: usize = lens.iter().sum();
+    let k = activations(&mut rng, total, width, Spread::Normal);
+    let v = activations(&mut rng, total, width, Spread::DynamicRange);
+    for store in [KvStore::F16, KvStore::Bf16] {
+        b.set_kv_store(store);
+        let kv = filled_cache(&b, &k, &v, &lanes, &spec, &lens, &|_| total);
+        let many: Vec<(usize, usize)> = (0..257).map(|i| (i % 3, rng.below(lens[i % 3]))).collect();
+        for rows in [vec![(0, 2099)], vec![(1, 699), (2, 68)], many] {
+            let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+            for &(lane, pos) in &rows {
+                batch.push_row(lane, 0, pos);
+            }
+            let m = rows.len();
+            let q: Vec<f32> = activations(&mut rng, m, cols, Spread::Normal).iter().map(|x| x * 0.3).collect();
+            let mut att = b.tensor(m, cols);
+            b.attention(&b.upload(&q, m, cols), &kv, 0, &batch, heads, 0.125, &mut att);
+            assert!(b.download(&att).iter().all(|x| x.is_finite()), "attention ({} KV): non-finite", store.name());
+            let (mut got, mut want) = (b.tensor(m, 40), b.tensor(m, 40));
+            b.linear(&att, &w, &mut got);
+            b.linear(&b.upload(&b.download(&att), m, cols), &w, &mut want);
+            assert_same_bits(&b.download(&got), &b.download(&want), &|| {
+                format!("o projection after attention ({} KV, {m} rows) against a fresh rounding,", store.name())
+            });
+        }
+    }
+    eprintln!("attention's rounded copy gives the bits of a fresh rounding");
+}
+
 /// Prefill chunks: consecutive rows of one lane share their KV tiles in one block (and walk
 /// them in several passes when a group has more than 16 heads). Each row of chunks of every
 /// lane, batched together, equals the row alone — for query groups of 3, 4 and 18 heads.

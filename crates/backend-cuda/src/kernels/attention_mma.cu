@@ -29,8 +29,10 @@
 // longest rows' blocks first); each walk covers 64 (row, head) pairs, 16 per warp (the m16 of
 // the mma). A walk takes all of its rows' splits in order and folds them as it goes; or, given
 // `part` (decode: one row per block), block z of the grid's third dimension takes split z only
-// and writes its (acc, m, l) there, and `attention_merge` folds the splits of each (row, head)
-// in order with the same arithmetic: the same bits either way. K and V tiles are staged by
+// and writes its (acc, m, l) there, and the last of those blocks to finish folds the splits of
+// each (row, head) in order with the same arithmetic (`atm_fold_splits`): the same bits either
+// way, and no merge launch. Given `xb`, out is also written as round_bf16 makes it (the copy the
+// o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
 // its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
@@ -113,12 +115,74 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
+// The index of flat element c (of rows of a multiple of 32 columns) in its k-permuted bf16 copy,
+// as round_bf16 lays it out (`kperm`).
+__device__ __forceinline__ u64 xb_index(u64 c) { return (c / 32) * 32 + kperm((int)(c % 32)); }
+
+// One (row, head) pair's `splits` split states (HD + 2 floats each, from `pr`) folded in split
+// order as the walk folds them, then out = total / l, at flat element `at` of out (and of its
+// rounded copy `xb`, when given): lane i of a warp takes dims i, i + 32, ... (head_dim <= 256).
+// Every dim's fold is its own chain, so which thread runs it changes no bit. The states are read
+// from L2 (`__ldcg`): another block of the same launch may have written them.
+__device__ __forceinline__ void merge_splits(const float* __restrict__ pr, int splits, int head_dim, int lane,
+                                             float* __restrict__ out, unsigned short* __restrict__ xb, u64 at) {
+    float m_tot = NEG_INF, l_tot = 0.0f, tot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int z = 0; z < splits; z++) {
+        const float* ps = pr + (u64)z * (head_dim + 2);
+        const float m_s = __ldcg(ps + head_dim), l_s = __ldcg(ps + head_dim + 1);
+        const float m = fmaxf(m_tot, m_s);
+        const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
+        l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (lane + 32 * i < head_dim)
+                tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(__ldcg(ps + lane + 32 * i), a_s));
+        m_tot = m;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (lane + 32 * i < head_dim) {
+            const float y = __fdiv_rn(tot[i], l_tot);
+            out[at + lane + 32 * i] = y;
+            if (xb) xb[xb_index(at + lane + 32 * i)] = (unsigned short)bf16_bits(y);
+        }
+}
+
+// The end of a split decode launch of the tensor-core kernel: this block has written its split's
+// states of rows r_begin..r_end; the last of the gridDim.z blocks of its (rows, KV head) to arrive
+// (`arrivals`, one counter per such block, zero between launches: the last resets it) folds every
+// split of those rows' pairs in order (`merge_splits`, attention_merge's arithmetic: the same
+// bits) and writes out, so no merge launch follows the attention.
+__device__ __noinline__ void atm_fold_splits(const float* __restrict__ part, const u32* __restrict__ meta,
+                                             int num_heads, int group, int kv_head, int r_begin, int r_end,
+                                             int head_dim, int num_splits, int split_len, float* __restrict__ out,
+                                             unsigned short* __restrict__ xb, u32* arrivals) {
+    __shared__ u32 ticket;
+    __threadfence();  // this block's states, before its arrival
+    __syncthreads();
+    u32* count = arrivals + (u64)blockIdx.x * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) ticket = atomicAdd(count, 1u);
+    __syncthreads();
+    if (ticket != gridDim.z - 1) return;
+    __threadfence();  // every block's states, before reading them
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int p = warp; p < (r_end - r_begin) * group; p += warps) {
+        const int row = r_begin + p / group, pair = row * num_heads + kv_head * group + p % group;
+        const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
+        merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, xb,
+                     (u64)pair * head_dim);
+    }
+    if (threadIdx.x == 0) *count = 0;
+}
+
 template <int HD, int ST>
 __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
                                                    const u8* __restrict__ v_cache, const u32* __restrict__ meta,
                                                    int num_rows, int num_heads, int num_kv_heads, int block_size,
                                                    float scale, float* __restrict__ out, int rows_per_block,
-                                                   float* __restrict__ part, int num_splits, int split_len) {
+                                                   float* __restrict__ part, int num_splits, int split_len,
+                                                   unsigned short* __restrict__ xb, u32* __restrict__ arrivals) {
     using M = Mma16<ST>;
     constexpr int P = M::PIECES;
     constexpr int RS = HD * 2 + 16;  // bytes per staged row
@@ -334,26 +398,31 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 if (ctx[h] == 0 || part) continue;
-                float* oh = out + ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
+                const u64 at = ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
 #pragma unroll
-                for (int n = 0; n < NB; n++)
-                    *(float2*)(oh + 8 * n) =
-                        make_float2(__fdiv_rn(tot[n][2 * h], l_tot[h]), __fdiv_rn(tot[n][2 * h + 1], l_tot[h]));
+                for (int n = 0; n < NB; n++) {
+                    const float y0 = __fdiv_rn(tot[n][2 * h], l_tot[h]), y1 = __fdiv_rn(tot[n][2 * h + 1], l_tot[h]);
+                    *(float2*)(out + at + 8 * n) = make_float2(y0, y1);
+                    if (xb) *(u32*)(xb + xb_index(at + 8 * n)) = bf16_bits(y0) | bf16_bits(y1) << 16;
+                }
             }
             __syncthreads();  // the next walk restages q and the tiles
         }
         r0 = r1;
     }
+    if (part) atm_fold_splits(part, meta, num_heads, group, kv_head, bx * rows_per_block, r_end, HD, num_splits,
+                              split_len, out, xb, arrivals);
 }
 
 #define ATTENTION_MMA_KERNEL(HD, NAME, ST)                                                                     \
     extern "C" __global__ void __launch_bounds__(ATM_WARPS * 32)                                                  \
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
-                                    float* out, int rows_per_block, float* part, int num_splits, int split_len) { \
+                                    float* out, int rows_per_block, float* part, int num_splits, int split_len,   \
+                                    unsigned short* xb, u32* arrivals) {                                          \
         PDL_ENTRY();                                                                                             \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
-                                   scale, out, rows_per_block, part, num_splits, split_len);                      \
+                                   scale, out, rows_per_block, part, num_splits, split_len, xb, arrivals);        \
     }
 #define ATTENTION_MMA_KERNELS(HD)              \
     ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
@@ -362,9 +431,9 @@ ATTENTION_MMA_KERNELS(64)
 ATTENTION_MMA_KERNELS(96)
 ATTENTION_MMA_KERNELS(128)
 
-// The splits' states of each (row, head), folded in split order as the walk folds them, then
-// out = total / l: for both attention kernels, whose splits are `split_len` positions (the
-// tensor-core kernel's `split_len`, attention.cu's ATT_SPLIT). One warp per (row, head); lane i takes dims i, i + 32, ... (head_dim <= 256).
+// The splits' states of each (row, head), folded in split order as the walk folds them
+// (`merge_splits`), for the f32 kernel (attention.cu), whose splits are ATT_SPLIT positions; the
+// tensor-core kernel folds its own (`atm_fold_splits`). One warp per (row, head).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
                                            int num_heads, int head_dim, int num_splits, int split_len,
                                            float* __restrict__ out) {
@@ -373,20 +442,6 @@ extern "C" __global__ void attention_merge(const float* __restrict__ part, const
     if (pair >= num_rows * num_heads) return;
     const int row = pair / num_heads;
     const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
-    const float* pr = part + (u64)pair * num_splits * (head_dim + 2);
-    float m_tot = NEG_INF, l_tot = 0.0f, tot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int z = 0; z < splits; z++, pr += head_dim + 2) {
-        const float m_s = pr[head_dim], l_s = pr[head_dim + 1];
-        const float m = fmaxf(m_tot, m_s);
-        const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
-        l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            if (lane + 32 * i < head_dim) tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(pr[lane + 32 * i], a_s));
-        m_tot = m;
-    }
-    float* oh = out + (u64)pair * head_dim;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (lane + 32 * i < head_dim) oh[lane + 32 * i] = __fdiv_rn(tot[i], l_tot);
+    merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, nullptr,
+                 (u64)pair * head_dim);
 }
