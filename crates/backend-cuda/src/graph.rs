@@ -1,5 +1,5 @@
-//! CUDA graphs for recorded steps: per key (padded row count, KV cache), the launches a graph was
-//! captured from. A recorded step whose launches equal them replays the graph; a step whose
+//! CUDA graphs for recorded steps: per key (padded row count, KV cache, segment of the step), the
+//! launches a graph was captured from. A recorded step whose launches equal them replays the graph; a step whose
 //! launches equal the previous step's of that key (the pool's addresses have settled) is
 //! captured; any other runs its launches one by one.
 //! Invariant: a graph is launched only for a launch list equal to the one it was captured from,
@@ -10,7 +10,8 @@ use cudarc::driver::{CudaGraph, CudaStream, DriverError, sys};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// How recorded steps were submitted (for tests, profiles and receipts).
+/// How recorded steps were submitted (for tests, profiles and receipts), counted in graph segments
+/// (`step::SEGMENT_OPS`: a step is one or more).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphStats {
     pub num_captured: u64,
@@ -90,6 +91,8 @@ pub struct Graphs {
     /// Why steps of a key that had a list ran eagerly (counted only when `track_misses`).
     pub misses: Misses,
     pub track_misses: bool,
+    /// Launches per segment of a recorded step (`step::SEGMENT_OPS`; 0: one graph per step).
+    pub segment_ops: usize,
 }
 
 fn count(stats: &std::sync::Mutex<GraphStats>, f: impl FnOnce(&mut GraphStats)) {

@@ -279,6 +279,8 @@ impl CudaBackend {
                 let step_times = profile::StepTimer::from_env();
                 let mut graphs = graph::Graphs::default();
                 graphs.track_misses = step_times.is_some();
+                graphs.segment_ops =
+                    number_setting("PLUMB_CUDA_GRAPH_SEGMENT", step::SEGMENT_OPS, "launches per graph (0: a step)")?;
                 step_state::State { profile: profiler, step_times, graphs, ..Default::default() }
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
@@ -369,6 +371,12 @@ impl CudaBackend {
     /// takes effect at the next step.
     pub fn set_graphs(&self, on: bool) {
         self.graphs_enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Sets the launches per graph segment of a recorded step (`step::SEGMENT_OPS`, or
+    /// `PLUMB_CUDA_GRAPH_SEGMENT`; 0: one graph per step); takes effect at the next segment.
+    pub fn set_graph_segment(&self, launches: usize) {
+        self.lock_state().graphs.segment_ops = launches;
     }
 
     /// Makes new KV caches store K and V as `store` (default: f32, or `PLUMB_CUDA_KV`); the

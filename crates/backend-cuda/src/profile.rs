@@ -101,14 +101,18 @@ impl Profiler {
 
 /// Where a recorded step's time goes (`PLUMB_CUDA_STEP_TIMES=1`; graphs stay on): per row
 /// bucket, the wall time from one step's start to the next, the host time spent recording the
-/// step's launches (from `begin_step` to its submission), the host time of the submission itself
-/// (a graph launch, a capture or the launches one by one), and the GPU time of the submitted work
-/// (two events around it). Wall minus GPU is what the host adds; printed when the backend drops.
+/// step's launches (from `begin_step` or the last segment's submission to each segment's), the
+/// host time of the submissions themselves (graph launches, captures or the launches one by one),
+/// and the GPU time of the submitted work (two events around each segment). A step's segments
+/// overlap the host's recording of the next with the GPU's run of the last, so the wall may be
+/// less than their sum; printed when the backend drops.
 #[derive(Debug, Default)]
 pub struct StepTimer {
-    /// The current step's start and bucket, and when its recording was submitted.
+    /// The current step's start and bucket, and when its last segment was submitted.
     started: Option<(std::time::Instant, usize)>,
-    pending: Vec<(usize, f64, f64, Submitted, CudaEvent, CudaEvent)>,
+    mark: Option<std::time::Instant>,
+    /// Per segment: bucket, whether it is a step's first, record and submit µs, events.
+    pending: Vec<(usize, bool, f64, f64, Submitted, CudaEvent, CudaEvent)>,
     totals: std::collections::BTreeMap<usize, BucketTimes>,
 }
 
@@ -122,7 +126,7 @@ struct BucketTimes {
     record: f64,
     submit: f64,
     gpu: f64,
-    /// Steps replayed, captured and run launch by launch.
+    /// Segments replayed, captured and run launch by launch.
     ways: [u64; 3],
 }
 
@@ -134,6 +138,7 @@ impl StepTimer {
     /// A step starts (`bucket`: its rows if it is recorded); the previous one's wall time ends here.
     pub fn begin(&mut self, bucket: Option<usize>) {
         let now = std::time::Instant::now();
+        self.mark = Some(now);
         if let Some((t, b)) = std::mem::replace(&mut self.started, bucket.map(|b| (now, b))) {
             let e = self.totals.entry(b).or_default();
             e.wall += (now - t).as_secs_f64() * 1e6;
@@ -141,14 +146,16 @@ impl StepTimer {
         }
     }
 
-    /// Runs `submit` (the recorded step's submission) between two events on `stream`.
+    /// Runs `submit` (a recorded segment's submission; `first`: the step's first) between two
+    /// events on `stream`.
     pub fn submit(
         &mut self,
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
+        first: bool,
         submit: impl FnOnce() -> Result<Submitted, cudarc::driver::DriverError>,
     ) -> Result<Submitted, cudarc::driver::DriverError> {
-        let Some((t0, bucket)) = self.started else { return submit() };
+        let (Some((_, bucket)), Some(t0)) = (self.started, self.mark) else { return submit() };
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (start, end) = (ctx.new_event(flags)?, ctx.new_event(flags)?);
         let t1 = std::time::Instant::now();
@@ -156,7 +163,9 @@ impl StepTimer {
         let way = submit()?;
         end.record(stream)?;
         let t2 = std::time::Instant::now();
-        self.pending.push((bucket, (t1 - t0).as_secs_f64() * 1e6, (t2 - t1).as_secs_f64() * 1e6, way, start, end));
+        self.mark = Some(t2);
+        let (record, submitted) = ((t1 - t0).as_secs_f64() * 1e6, (t2 - t1).as_secs_f64() * 1e6);
+        self.pending.push((bucket, first, record, submitted, way, start, end));
         if self.pending.len() >= PENDING {
             self.resolve()?;
         }
@@ -164,10 +173,10 @@ impl StepTimer {
     }
 
     fn resolve(&mut self) -> Result<(), cudarc::driver::DriverError> {
-        for (bucket, record, submit, way, start, end) in self.pending.drain(..) {
+        for (bucket, first, record, submit, way, start, end) in self.pending.drain(..) {
             end.synchronize()?;
             let e = self.totals.entry(bucket).or_default();
-            e.steps += 1;
+            e.steps += u64::from(first);
             e.ways[way as usize] += 1;
             e.record += record;
             e.submit += submit;
@@ -183,14 +192,14 @@ impl StepTimer {
         }
         let mut out = String::from("CUDA step times (PLUMB_CUDA_STEP_TIMES=1), mean us per recorded step\n");
         out += &format!(
-            "{:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>21}\n",
-            "rows", "steps", "wall", "record", "submit", "gpu", "replayed/captured/eager"
+            "{:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>33}\n",
+            "rows", "steps", "wall", "record", "submit", "gpu", "segments replayed/captured/eager"
         );
         for (bucket, t) in &self.totals {
             let n = t.steps.max(1) as f64;
             let ways = format!("{}/{}/{}", t.ways[0], t.ways[1], t.ways[2]);
             out += &format!(
-                "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {ways:>21}\n",
+                "{bucket:>6} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {ways:>33}\n",
                 t.steps,
                 t.wall / t.walled.max(1) as f64,
                 t.record / n,

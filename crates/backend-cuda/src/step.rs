@@ -21,8 +21,18 @@ pub fn bucket(num_rows: usize) -> Option<usize> {
     BUCKETS.iter().copied().find(|&b| b >= num_rows)
 }
 
-/// What a recorded step's graph is keyed by: its padded row count and its KV cache.
-pub type GraphKey = (usize, u64);
+/// What a recorded step is keyed by: its padded row count and its KV cache.
+pub type StepKey = (usize, u64);
+/// What a graph is keyed by: its step's key and its segment's index within the step.
+pub type GraphKey = (usize, u64, usize);
+
+/// Launches per graph segment of a recorded step unless `PLUMB_CUDA_GRAPH_SEGMENT` says otherwise
+/// (0: one graph per step). A recorded step is submitted in segments as it is recorded, so the
+/// GPU runs the first layers while the host still records the rest: one graph per step left the
+/// GPU idle while the host recorded and launched the whole step (one request on the 8B: 473 µs
+/// recording and 153 µs launching a step of 5,245 µs of GPU time, in series;
+/// receipts/gemm-cuda-llama8b-attention-fold.txt). About seven layers of a Llama.
+pub const SEGMENT_OPS: usize = 64;
 
 /// One queued piece of device work. Nearly every op is a kernel launch, so the launch is kept
 /// inline (a step's list is compared with a graph's, op by op) rather than boxed per launch.
@@ -58,8 +68,10 @@ pub struct Step {
     pub rope_src: usize,
     pub rope_capacity: usize,
     pub rope_used: bool,
-    /// `Some(key)` while the step's launches are being recorded for a graph.
-    pub recording: Option<GraphKey>,
+    /// `Some(key)` while the step's launches are being recorded for graphs, and the index of the
+    /// segment being recorded.
+    pub recording: Option<StepKey>,
+    pub segment: usize,
     /// Whether the step is decode-shaped (`graph_bucket`), graphs on or off.
     pub decode_shaped: bool,
 }

@@ -79,6 +79,9 @@ impl CudaBackend {
         let stale = st.rounded.take();
         if st.step.as_ref().is_some_and(|s| s.recording.is_some()) {
             st.recorded.push(Op::Kernel(launch));
+            if st.graphs.segment_ops > 0 && st.recorded.len() >= st.graphs.segment_ops {
+                self.submit_segment(&mut st, false);
+            }
             return;
         }
         self.ctx.bind_to_thread().expect("CUDA context");
@@ -116,12 +119,27 @@ impl CudaBackend {
     }
 
     fn flush_locked(&self, st: &mut State) {
-        let Some(key) = st.step.as_mut().and_then(|s| s.recording.take()) else { return };
+        self.submit_segment(st, true);
+    }
+
+    /// Submits what a recorded step has recorded since its last segment as its next segment (a
+    /// graph of its own, keyed by the segment's index); `last`: the step's recording ends.
+    fn submit_segment(&self, st: &mut State, last: bool) {
+        let Some(s) = st.step.as_mut() else { return };
+        let Some((rows, kv)) = s.recording else { return };
+        if last {
+            s.recording = None;
+        }
+        let key = (rows, kv, s.segment);
+        s.segment += 1;
         let ops = std::mem::take(&mut st.recorded);
+        if ops.is_empty() {
+            return;
+        }
         self.ctx.bind_to_thread().expect("CUDA context");
         let (graphs, timer) = (&mut st.graphs, &mut st.step_times);
         let submitted = match timer {
-            Some(t) => t.submit(&self.ctx, &self.stream, || graphs.submit(key, ops, &self.stream)),
+            Some(t) => t.submit(&self.ctx, &self.stream, key.2 == 0, || graphs.submit(key, ops, &self.stream)),
             None => graphs.submit(key, ops, &self.stream),
         };
         submitted.unwrap_or_else(|e| panic!("CUDA step submission failed: {e}"));
@@ -190,6 +208,7 @@ impl CudaBackend {
             rope_capacity: rope_bytes(padded, kv.spec.head_dim),
             rope_used: false,
             recording,
+            segment: 0,
             decode_shaped: decode_bucket.is_some(),
         });
         self.push_copy(&mut st, Op::HtoD { dst: dev, src, bytes: bytes.len() });

@@ -82,12 +82,27 @@ fn graph_replay_gives_the_eager_logits_bit_for_bit() {
     assert!(stats.num_captured >= 4, "every bucket should have been captured: {stats:?}");
     assert!(stats.num_replayed >= 10, "decode steps should replay their graphs: {stats:?}");
 
-    assert_eq!(eager.len(), graphed.len());
-    for (i, (e, g)) in eager.iter().zip(&graphed).enumerate() {
-        assert_eq!(e.len(), g.len(), "step {i}: logits size");
-        if let Some(j) = e.iter().zip(g).position(|(x, y)| x.to_bits() != y.to_bits()) {
-            let what = if i < LANES { "prefill".to_string() } else { format!("decode of {} rows", sizes[i - LANES]) };
-            panic!("step {i} ({what}): logit {j} differs with graphs: {} vs {}", g[j], e[j]);
+    // Steps in segments of 7 launches (a graph each, submitted as the step is recorded), and in
+    // one graph each.
+    b.set_graph_segment(7);
+    let segmented = run(&b, model.as_ref(), &prompts, &steps);
+    let more = b.graph_stats();
+    eprintln!("graph segments of 7 launches: {more:?}");
+    assert!(more.num_captured >= stats.num_captured + 8, "segments should have been captured: {more:?}");
+    assert!(more.num_replayed >= stats.num_replayed + 20, "segments should replay: {more:?}");
+    b.set_graph_segment(0);
+    let whole = run(&b, model.as_ref(), &prompts, &steps);
+
+    for (how, graphed) in [("graphs", &graphed), ("graph segments", &segmented), ("a graph per step", &whole)] {
+        assert_eq!(eager.len(), graphed.len());
+        for (i, (e, g)) in eager.iter().zip(graphed).enumerate() {
+            assert_eq!(e.len(), g.len(), "step {i}: logits size");
+            assert!(g.iter().all(|x| x.is_finite()), "step {i}: non-finite logits with {how}");
+            if let Some(j) = e.iter().zip(g).position(|(x, y)| x.to_bits() != y.to_bits()) {
+                let what =
+                    if i < LANES { "prefill".to_string() } else { format!("decode of {} rows", sizes[i - LANES]) };
+                panic!("step {i} ({what}): logit {j} differs with {how}: {} vs {}", g[j], e[j]);
+            }
         }
     }
     std::fs::remove_file(path).unwrap();
