@@ -31,7 +31,7 @@ pub type GraphKey = (usize, u64, usize);
 /// GPU runs the first layers while the host still records the rest: one graph per step left the
 /// GPU idle while the host recorded and launched the whole step (one request on the 8B: 473 µs
 /// recording and 153 µs launching a step of 5,245 µs of GPU time, in series;
-/// receipts/gemm-cuda-llama8b-attention-fold.txt). About seven layers of a Llama.
+/// receipts/bench-cuda-llama8b-attention-fold-graph-segments.txt). About seven layers of a Llama.
 pub const SEGMENT_OPS: usize = 64;
 
 /// One queued piece of device work. Nearly every op is a kernel launch, so the launch is kept
