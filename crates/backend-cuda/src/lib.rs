@@ -373,12 +373,6 @@ impl CudaBackend {
         self.graphs_enabled.store(on, Ordering::Relaxed);
     }
 
-    /// Sets the launches per graph segment of a recorded step (`step::SEGMENT_OPS`, or
-    /// `PLUMB_CUDA_GRAPH_SEGMENT`; 0: one graph per step); takes effect at the next segment.
-    pub fn set_graph_segment(&self, launches: usize) {
-        self.lock_state().graphs.segment_ops = launches;
-    }
-
     /// Makes new KV caches store K and V as `store` (default: f32, or `PLUMB_CUDA_KV`); the
     /// declared precision [`Backend::kv_store`] reports, which the gate measures.
     pub fn set_kv_store(&self, store: KvStore) {
@@ -437,6 +431,11 @@ impl CudaBackend {
     /// (`ops_linear::fold_chunk`; `PLUMB_CUDA_KC_LONG_FROM`), for receipts: bits follow it.
     pub fn fold_long_from(&self) -> usize {
         self.fold_long_from
+    }
+
+    /// Positions per split of the tensor-core attention's canonical form (bits follow it).
+    pub fn attention_split(&self) -> usize {
+        self.atm_split
     }
 
     /// How recorded steps ran so far: captured, replayed, or launch by launch.

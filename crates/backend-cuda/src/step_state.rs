@@ -111,6 +111,17 @@ impl CudaBackend {
         st.rounded.take().map(|r| r.buf)
     }
 
+    /// Sets the launches per graph segment of a recorded step (`step::SEGMENT_OPS`, or
+    /// `PLUMB_CUDA_GRAPH_SEGMENT`; 0: one graph per step); takes effect at the next segment.
+    pub fn set_graph_segment(&self, launches: usize) {
+        self.lock_state().graphs.segment_ops = launches;
+    }
+
+    /// The launches per graph segment of a recorded step (0: one graph per step).
+    pub fn graph_segment(&self) -> usize {
+        self.lock_state().graphs.segment_ops
+    }
+
     /// Submits a recorded step (graph replay, capture, or launch by launch); the rest of the step
     /// runs eagerly.
     pub(crate) fn flush(&self) {

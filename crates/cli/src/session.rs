@@ -232,6 +232,8 @@ impl OpenBackend for CudaBackend {
             "cuda_graphs": self.graphs_enabled(),
             "kv_store": plumb_core::Backend::kv_store(self).name(),
             "linear_long_fold_chunks_from_k": self.fold_long_from(),
+            "attention_split_positions": self.attention_split(),
+            "graph_segment_launches": self.graph_segment(),
             "kernels": self
                 .kernel_choices()
                 .into_iter()
