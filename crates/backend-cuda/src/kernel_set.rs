@@ -89,6 +89,8 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n64_k1024",
         "linear_tma_bf16_n128",
         "linear_tma_bf16_n128_k1024",
+        "linear_tma_bf16_n192",
+        "linear_tma_bf16_n192_k1024",
         "linear_tma_bf16_n16_f64",
         "linear_tma_bf16_n16_f64_k1024",
         "linear_tma_bf16_n32_f64",

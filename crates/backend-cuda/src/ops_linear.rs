@@ -8,7 +8,7 @@
 
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, TMA_THREADS, bf16_tile_map, tma_name, tma_smem};
+use crate::tma::{TMA_ROWS, bf16_tile_map, tma_name, tma_smem, tma_threads};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::LinearOps;
@@ -339,7 +339,7 @@ impl CudaBackend {
         let tasks = rows.div_ceil(n) * tiles * splits;
         let cfg = LaunchConfig {
             grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
-            block_dim: (TMA_THREADS, 1, 1),
+            block_dim: (tma_threads(n), 1, 1),
             shared_mem_bytes: tma_smem(n, ft) as u32,
         };
         // The last block of a tile folds a few rows' partials; more rows fold in a launch of

@@ -1,4 +1,4 @@
-//! The warp-specialised tensor-core `linear` (`linear_tma_bf16_n{8,16,32,64,128}` and the
+//! The warp-specialised tensor-core `linear` (`linear_tma_bf16_n{8,16,32,64,128,192}` and the
 //! 64-feature `linear_tma_bf16_n{16,32,64}_f64` in kernels/linear_tma.cu, each also as `_k1024`
 //! for weights folded in chunks of 1,024): which instance takes a call, its shared memory and
 //! resident blocks,
@@ -12,19 +12,34 @@ use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
 
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
-/// its rows, or tiles its rows by the last.
-pub(crate) const TMA_ROWS: [usize; 5] = [8, 16, 32, 64, 128];
-/// Threads of a block: two consumer warpgroups and one producer warp.
-pub(crate) const TMA_THREADS: u32 = 288;
+/// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
+pub(crate) const TMA_ROWS: [usize; 6] = [8, 16, 32, 64, 128, 192];
+/// Threads of a block of `n` rows: two consumer warpgroups and one producer warp, or for 192 rows
+/// a producer warpgroup, whose registers the consumers take (`tma_threads` in the kernel).
+pub(crate) fn tma_threads(n: usize) -> u32 {
+    if n > 128 { 384 } else { 288 }
+}
+
+/// The time of a row of the 192-row tile, in sixths of the 128-row tile's. A stage of either
+/// takes in 128 weight rows and its activation rows of 64 K; an SM's intake binds both (measured
+/// at ~37 bytes a cycle for plumb's 128 x 128 tiles and cuBLASLt's alike,
+/// docs/cuda-gemm-notes.md), so a row costs 40 / 24,576 against 32 / 16,384 bytes an output: 5/6.
+const ROW_COST_192: usize = 5;
 /// The row tiles that also have an instance of 64 features a task (the two warpgroups share the
 /// features and split the rows, so at least 16 rows).
 pub(crate) const TMA_NARROW_ROWS: [usize; 3] = [16, 32, 64];
 
 /// The instance for `rows` rows among those of at most `max_rows` rows: (index into `TMA_ROWS`,
-/// kernel name). The smallest that holds the rows, else the largest allowed, which tiles them.
+/// kernel name). The smallest that holds the rows up to 128, else the largest allowed, which
+/// tiles them — where both the 128- and 192-row tiles are allowed, the one with the less modelled
+/// time over its padded rows (`ROW_COST_192`). A free choice: every instance computes the same bits.
 pub(crate) fn tma_kernel(rows: usize, max_rows: usize) -> (usize, String) {
     let last = TMA_ROWS.iter().rposition(|&n| n <= max_rows).unwrap_or(0);
-    let i = TMA_ROWS[..=last].iter().position(|&n| rows <= n).unwrap_or(last);
+    let mut i = TMA_ROWS[..=last].iter().position(|&n| rows <= n).unwrap_or(last);
+    let padded = |n: usize| rows.div_ceil(n) * n;
+    if TMA_ROWS[i] == 192 && padded(192) * ROW_COST_192 > padded(128) * 6 {
+        i -= 1;
+    }
     (i, format!("linear_tma_bf16_n{}", TMA_ROWS[i]))
 }
 
@@ -74,9 +89,9 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
 pub(crate) struct TmaPlan {
     pub(crate) enabled: bool,
     pub(crate) sms: usize,
-    pub(crate) slots: [usize; 5],
+    pub(crate) slots: [usize; TMA_ROWS.len()],
     /// Resident blocks of the 64-feature instances (`TMA_NARROW_ROWS`; 0 for the others).
-    pub(crate) slots_narrow: [usize; 5],
+    pub(crate) slots_narrow: [usize; TMA_ROWS.len()],
     pub(crate) narrow: bool,
     pub(crate) persistent: bool,
     pub(crate) max_rows: usize,
@@ -89,11 +104,11 @@ impl TmaPlan {
         let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
         let resident = |n: usize, ft: usize| -> Result<usize, CudaError> {
             let per_sm = kernels[&tma_name(n, ft, 256)]
-                .occupancy_max_active_blocks_per_multiprocessor(TMA_THREADS, tma_smem(n, ft), None)
+                .occupancy_max_active_blocks_per_multiprocessor(tma_threads(n), tma_smem(n, ft), None)
                 .map_err(driver("reading the TMA kernel's occupancy"))?;
             Ok(sms * per_sm.max(1) as usize)
         };
-        let (mut slots, mut slots_narrow) = ([0; 5], [0; 5]);
+        let (mut slots, mut slots_narrow) = ([0; TMA_ROWS.len()], [0; TMA_ROWS.len()]);
         for (i, &n) in TMA_ROWS.iter().enumerate() {
             slots[i] = resident(n, 128)?;
             if TMA_NARROW_ROWS.contains(&n) {
@@ -109,7 +124,7 @@ impl TmaPlan {
             slots_narrow,
             narrow: !off("PLUMB_CUDA_TMA_NARROW"),
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
-            max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(128),
+            max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(192),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
         })
     }
@@ -186,6 +201,8 @@ mod tests {
         assert_eq!(tma_name(16, 64, 256), "linear_tma_bf16_n16_f64");
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
+        assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));
+        assert!(tma_smem(192, 128) <= 227 * 1024);
         // Two blocks of each few-row instance fit an H200 SM's 227 KB.
         for n in [8, 16, 32, 64] {
             for ft in [64, 128] {
@@ -201,6 +218,13 @@ mod tests {
         assert_eq!(tma_kernel(64, 128).0, 3);
         assert_eq!(tma_kernel(65, 128).0, 4);
         assert_eq!(tma_kernel(5000, 128).0, 4);
+        // Past 128 rows the 192-row tile takes a call unless its padding costs more than it saves.
+        assert_eq!(tma_kernel(129, 192), (5, "linear_tma_bf16_n192".into()));
+        assert_eq!(tma_kernel(256, 192).0, 4);
+        assert_eq!(tma_kernel(512, 192).0, 5);
+        assert_eq!(tma_kernel(2048, 192).0, 5);
+        assert_eq!(tma_kernel(4096, 192).0, 5);
+        assert_eq!(tma_kernel(128, 192).0, 4);
         // A cap tiles more rows by the largest instance it allows.
         assert_eq!(tma_kernel(64, 16), (1, "linear_tma_bf16_n16".into()));
         assert_eq!(tma_kernel(8, 16).0, 0);

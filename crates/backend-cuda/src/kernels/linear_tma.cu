@@ -1,5 +1,5 @@
 // linear on Hopper's tensor cores, warp-specialised and fed by TMA: `linear_tma_bf16_n{8,16,32,64,
-// 128}` (128 features a task) and `linear_tma_bf16_n{16,32,64}_f64` (64 features a task, for
+// 128,192}` (128 features a task) and `linear_tma_bf16_n{16,32,64}_f64` (64 features a task, for
 // weights with too few 128-feature tiles to fill the device), the production kernels for every
 // row count on Hopper. The canonical arithmetic is the one
 // linear_mma.cu defines, and the one its mma.sync decode kernels and linear_wgmma.cu's cp.async-fed
@@ -7,7 +7,7 @@
 // WG_KS (64 of K per stage) and smem_addr.
 //
 // A task is FT features x N rows over the chunks [split * chunks_per_split, ...) of K; a block
-// (nine warps, 288 threads) walks tasks (persistent: as many blocks as the device keeps
+// (nine warps, 288 threads; twelve for 192 rows, `tma_threads`) walks tasks (persistent: as many blocks as the device keeps
 // resident). Warp 8 is the producer: one of its threads copies each stage (64 of K) of the task's
 // FT weight rows and N activation rows with TMA bulk tensor copies (128-byte swizzle; zeros past
 // the last feature, row and K) into a ring of STAGES buffers, announcing each on its `full`
@@ -138,15 +138,28 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
             : "l"(da), "l"(db), "r"(accumulate));
     }
+    if constexpr (N == 192) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+            : "l"(da), "l"(db), "r"(accumulate));
+    }
 }
 #endif
 
-// Stages of a block with N rows and FT features: six for the prefill tile (one block per SM),
-// else as many as leave room for two blocks per SM. `tma::tma_smem` sizes the launch from the same
-// table: change both.
+// Stages of a block with N rows and FT features: six for the 128-row tile and five for the
+// 192-row one (one block per SM), else as many as leave room for two blocks per SM.
+// `tma::tma_smem` sizes the launch from the same table: change both.
 __host__ __device__ constexpr int tma_stages(int n, int ft) {
     return ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
 }
+// The 192-row tile's consumers hold 2 x 96 accumulators a thread: its block is three warpgroups
+// (the third the producer's), which hand registers over with setmaxnreg — 40 for the producer's,
+// 232 for each consumer's (a sub-partition's 16K registers: 40 + 2 x 232 per warp slot of 32).
+// The others are nine warps with at most 168 registers each (three warps on a sub-partition).
+__host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
 __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
 
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
@@ -196,6 +209,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     __syncthreads();
 
     if (threadIdx.x >= 256) {
+        if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 256) {
             // The weight tiles of the first task's first stages go out before waiting on the kernel
             // before (the kernel's PDL_LAUNCH came first; no kernel of a forward writes a weight,
@@ -234,6 +248,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         }
         return;
     }
+    if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     PDL_WAIT();  // the consumers read and write nothing global before
 
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -333,7 +348,7 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
 // the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
 // accumulators of the 64-row instance at its 96 registers).
 #define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(288, BLOCKS) linear_tma_bf16_##NAME(                               \
+    extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
@@ -350,6 +365,7 @@ LINEAR_TMA_KC(16, 128, n16, 2)
 LINEAR_TMA_KC(32, 128, n32, 2)
 LINEAR_TMA_KC(64, 128, n64, 2)
 LINEAR_TMA_KC(128, 128, n128, 1)
+LINEAR_TMA_KC(192, 128, n192, 1)
 LINEAR_TMA_KC(16, 64, n16_f64, 2)
 LINEAR_TMA_KC(32, 64, n32_f64, 2)
 LINEAR_TMA_KC(64, 64, n64_f64, 2)
