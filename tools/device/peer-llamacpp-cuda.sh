@@ -28,12 +28,15 @@ build)
     timeout "${BUILD_SECS:-540}" cmake --build "$src/build" -j"$(nproc)" --target llama-bench 2>&1 | tail -3
     ;;
 bench)
-    model=$work/smollm2.gguf
-    cat "$work/model.part0" .gpu/m01 >"$model"
+    # MODEL: the default model already on the machine (else rebuilt from the two parts);
+    # PLUMB: the plumb binary to run (else the one call 1 unpacked).
+    model=${MODEL:-$work/smollm2.gguf}
+    [ -n "${MODEL:-}" ] || cat "$work/model.part0" .gpu/m01 >"$model"
+    plumb=${PLUMB:-$work/plumb}
     # A build that ran out of time in call 1 finishes here.
     cmake --build "$src/build" -j"$(nproc)" --target llama-bench 2>&1 | tail -1
     reps=${REPS:-5}
-    "$work/plumb" bench --model "$model" --device cuda --repetitions "$reps" \
+    "$plumb" bench --model "$model" --device cuda --repetitions "$reps" \
         --receipt "$OUT/bench-cuda-smollm2.json"
     "$src/build/bin/llama-bench" -m "$model" -ngl 99 -r "$reps" -p 512 -n 128 -d 0,512 -o json \
         >"$OUT/llama-bench.json" 2>"$OUT/llama-bench.log"

@@ -309,10 +309,10 @@ impl CudaBackend {
         rounded: Option<&DeviceBuf>,
     ) {
         let rows = x.padded_rows;
-        let i = self.tma.kernel(rows).0;
+        let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
+        let i = self.tma.kernel(rows, tiles_128).0;
         let n = TMA_ROWS[i];
         let cols = ws[0].cols;
-        let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
         let features: usize = ws.iter().map(|w| w.rows).sum();
         let kc = self.fold_chunk(cols);
         let num_chunks = cols.div_ceil(kc);

@@ -20,24 +20,29 @@ pub(crate) fn tma_threads(n: usize) -> u32 {
     if n > 128 { 384 } else { 288 }
 }
 
-/// The time of a row of the 192-row tile, in sixths of the 128-row tile's. A stage of either
-/// takes in 128 weight rows and its activation rows of 64 K; an SM's intake binds both (measured
-/// at ~37 bytes a cycle for plumb's 128 x 128 tiles and cuBLASLt's alike,
-/// docs/cuda-gemm-notes.md), so a row costs 40 / 24,576 against 32 / 16,384 bytes an output: 5/6.
-const ROW_COST_192: usize = 5;
+/// The time of a 192-row task in 128-row tasks'. A stage of either takes in 128 weight rows and
+/// its activation rows of 64 K, and an SM's intake binds both (~37 bytes a cycle for plumb's
+/// 128 x 128 tiles and cuBLASLt's alike, docs/cuda-gemm-notes.md): 40 KB against 32 KB, 1.25.
+/// Measured on the H200 at the 8B's shapes and 2,048 rows (persistent blocks, many waves): 1.31
+/// for the LM head, 1.36 for gate|up (receipts/gemm-cuda-llama8b-prefill-tile-192.txt).
+const TASK_COST_192: f64 = 1.36;
 /// The row tiles that also have an instance of 64 features a task (the two warpgroups share the
 /// features and split the rows, so at least 16 rows).
 pub(crate) const TMA_NARROW_ROWS: [usize; 3] = [16, 32, 64];
 
-/// The instance for `rows` rows among those of at most `max_rows` rows: (index into `TMA_ROWS`,
-/// kernel name). The smallest that holds the rows up to 128, else the largest allowed, which
-/// tiles them — where both the 128- and 192-row tiles are allowed, the one with the less modelled
-/// time over its padded rows (`ROW_COST_192`). A free choice: every instance computes the same bits.
-pub(crate) fn tma_kernel(rows: usize, max_rows: usize) -> (usize, String) {
+/// The instance for `rows` rows among those of at most `max_rows` rows, for a weight of `tiles`
+/// tiles of 128 features on a device keeping `slots` blocks of the 128- and 192-row instances
+/// resident: (index into `TMA_ROWS`, kernel name). The smallest that holds the rows up to 128,
+/// else the largest allowed, which tiles them — where both the 128- and 192-row tiles are allowed,
+/// the one with the less modelled time: waves of tasks times a task's time (`TASK_COST_192`), ties
+/// to 128. Waves matter: 512 rows of q|k|v are 192 tasks of 128 rows (two waves on 132 SMs) or 144
+/// of 192 (two longer ones), measured 70.8 against 97.0 µs. A free choice: every instance computes
+/// the same bits.
+pub(crate) fn tma_kernel(rows: usize, max_rows: usize, tiles: usize, slots: [usize; 2]) -> (usize, String) {
     let last = TMA_ROWS.iter().rposition(|&n| n <= max_rows).unwrap_or(0);
     let mut i = TMA_ROWS[..=last].iter().position(|&n| rows <= n).unwrap_or(last);
-    let padded = |n: usize| rows.div_ceil(n) * n;
-    if TMA_ROWS[i] == 192 && padded(192) * ROW_COST_192 > padded(128) * 6 {
+    let waves = |n: usize, slots: usize| (tiles * rows.div_ceil(n)).div_ceil(slots.max(1)) as f64;
+    if TMA_ROWS[i] == 192 && waves(192, slots[1]) * TASK_COST_192 >= waves(128, slots[0]) {
         i -= 1;
     }
     (i, format!("linear_tma_bf16_n{}", TMA_ROWS[i]))
@@ -129,9 +134,11 @@ impl TmaPlan {
         })
     }
 
-    /// The instance that takes `rows` rows: (index into `TMA_ROWS`, kernel name).
-    pub(crate) fn kernel(&self, rows: usize) -> (usize, String) {
-        tma_kernel(rows, self.max_rows)
+    /// The instance that takes `rows` rows of a weight of `tiles` 128-feature tiles: (index into
+    /// `TMA_ROWS`, kernel name).
+    pub(crate) fn kernel(&self, rows: usize, tiles: usize) -> (usize, String) {
+        let at = |n: usize| TMA_ROWS.iter().position(|&r| r == n).map_or(0, |i| self.slots[i]);
+        tma_kernel(rows, self.max_rows, tiles, [at(128), at(192)])
     }
 
     /// The feature tile of a whole-K call of `row_tiles` row tiles on instance `i` over `tiles`
@@ -190,7 +197,7 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
 
 #[cfg(test)]
 mod tests {
-    use super::{tma_kernel, tma_name, tma_smem, tma_smem_of};
+    use super::{TMA_ROWS, tma_kernel, tma_name, tma_smem, tma_smem_of};
 
     #[test]
     fn instances_are_sized_by_their_name() {
@@ -213,23 +220,39 @@ mod tests {
 
     #[test]
     fn the_instance_is_the_smallest_that_holds_the_rows_within_the_cap() {
-        assert_eq!(tma_kernel(1, 128), (0, "linear_tma_bf16_n8".into()));
-        assert_eq!(tma_kernel(9, 128).0, 1);
-        assert_eq!(tma_kernel(64, 128).0, 3);
-        assert_eq!(tma_kernel(65, 128).0, 4);
-        assert_eq!(tma_kernel(5000, 128).0, 4);
-        // Past 128 rows the 192-row tile takes a call unless its padding costs more than it saves.
-        assert_eq!(tma_kernel(129, 192), (5, "linear_tma_bf16_n192".into()));
-        assert_eq!(tma_kernel(256, 192).0, 4);
-        assert_eq!(tma_kernel(512, 192).0, 5);
-        assert_eq!(tma_kernel(2048, 192).0, 5);
-        assert_eq!(tma_kernel(4096, 192).0, 5);
-        assert_eq!(tma_kernel(128, 192).0, 4);
+        let k = |rows, max| tma_kernel(rows, max, 48, [132, 132]);
+        assert_eq!(k(1, 128), (0, "linear_tma_bf16_n8".into()));
+        assert_eq!(k(9, 128).0, 1);
+        assert_eq!(k(64, 128).0, 3);
+        assert_eq!(k(65, 128).0, 4);
+        assert_eq!(k(5000, 128).0, 4);
         // A cap tiles more rows by the largest instance it allows.
-        assert_eq!(tma_kernel(64, 16), (1, "linear_tma_bf16_n16".into()));
-        assert_eq!(tma_kernel(8, 16).0, 0);
-        assert_eq!(tma_kernel(2048, 32).0, 2);
+        assert_eq!(k(64, 16), (1, "linear_tma_bf16_n16".into()));
+        assert_eq!(k(8, 16).0, 0);
+        assert_eq!(k(2048, 32).0, 2);
         // A cap below every instance still leaves the smallest.
-        assert_eq!(tma_kernel(100, 1).0, 0);
+        assert_eq!(k(100, 1).0, 0);
+    }
+
+    #[test]
+    fn the_192_row_tile_takes_calls_where_its_waves_pay() {
+        let h200 = [132, 132];
+        // The 8B's shapes (128-feature tiles: q|k|v 48, o and down 32, gate|up 224, head 1,002) at
+        // 512 and 2,048 rows, as measured (receipts/gemm-cuda-llama8b-prefill-tile-192.txt).
+        for (tiles, rows, n) in [
+            (48, 2048, 192),
+            (224, 2048, 192),
+            (1002, 2048, 192),
+            (32, 2048, 128),
+            (48, 512, 128),
+            (224, 512, 128),
+            (32, 512, 128),
+            (1002, 512, 128),
+        ] {
+            let (i, name) = tma_kernel(rows, 192, tiles, h200);
+            assert_eq!(TMA_ROWS[i], n, "{tiles} tiles, {rows} rows: {name}");
+        }
+        assert_eq!(tma_kernel(128, 192, 48, h200).0, 4);
+        assert_eq!(tma_kernel(2048, 128, 48, h200).0, 4);
     }
 }
