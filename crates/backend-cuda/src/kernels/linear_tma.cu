@@ -7,8 +7,8 @@
 // WG_KS (64 of K per stage) and smem_addr.
 //
 // A task is FT features x N rows over the chunks [split * chunks_per_split, ...) of K; a block
-// (nine warps, 288 threads; twelve for 192 rows, `tma_threads`) walks tasks (persistent: as many blocks as the device keeps
-// resident). Warp 8 is the producer: one of its threads copies each stage (64 of K) of the task's
+// (nine warps, 288 threads; twelve for 192 rows, `tma_threads`) walks tasks (persistent: as many
+// blocks as the device keeps resident). Warp 8 is the producer: one of its threads copies each stage (64 of K) of the task's
 // FT weight rows and N activation rows with TMA bulk tensor copies (128-byte swizzle; zeros past
 // the last feature, row and K) into a ring of STAGES buffers, announcing each on its `full`
 // mbarrier (transaction bytes), and goes on to the next task's stages while the consumers store.
