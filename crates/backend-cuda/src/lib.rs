@@ -18,6 +18,7 @@ mod graph;
 mod kernel_set;
 mod kv;
 mod launch;
+mod measure;
 mod ops;
 mod ops_linear;
 mod pick;
@@ -31,6 +32,7 @@ mod weight;
 
 pub use graph::GraphStats;
 pub use kv::CudaKvCache;
+pub use measure::WorkCounters;
 pub use weight::CudaWeight;
 
 use cudarc::driver::{
@@ -43,7 +45,7 @@ use plumb_core::{
 };
 use pool::{DeviceBuf, Pool};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why the CUDA backend could not start. Errors during a step panic instead, because the backend
@@ -64,6 +66,10 @@ pub enum CudaError {
     BadSetting { name: &'static str, value: String, expected: &'static str },
     #[error("NVRTC failed while {during} ({code}){}", if log.is_empty() { String::new() } else { format!(":\n{log}") })]
     Nvrtc { during: &'static str, code: String, log: String },
+    #[error("cuBLASLt (libcublasLt.so) could not be loaded: the bf16 rate of the roofline is measured with it")]
+    NoCublasLt,
+    #[error("cuBLASLt failed while {during}: {message}")]
+    CublasLt { during: &'static str, message: String },
 }
 
 /// The whole number the environment variable `name` holds, else `default`; a value that is not
@@ -176,9 +182,8 @@ pub struct CudaBackend {
     pub(crate) staged_loads: bool,
     /// How tensor-core `linear` runs (`tma::TmaPlan`).
     pub(crate) tma: tma::TmaPlan,
-    /// Bytes of weights and KV the ops have read so far (each weight of a `linear` once per
-    /// call, K and V of every attended position once per row): what a step must stream.
-    pub(crate) bytes_read: AtomicU64,
+    /// The bytes the ops have read and the FLOPs they have done (`measure::WorkCounters`).
+    pub(crate) work: Arc<WorkCounters>,
 }
 
 /// Feature tiles of 64 the decode kernel can count arrivals for: weights up to 4M features.
@@ -285,7 +290,7 @@ impl CudaBackend {
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
-            bytes_read: AtomicU64::new(0),
+            work: Arc::default(),
             decode_slots,
             decode_slots_wide,
             decode_wide_groups,
@@ -377,29 +382,6 @@ impl CudaBackend {
     /// declared precision [`Backend::kv_store`] reports, which the gate measures.
     pub fn set_kv_store(&self, store: KvStore) {
         self.kv_store.store(store_code(store), Ordering::Relaxed);
-    }
-
-    /// Bytes of weights and KV the ops have read since the backend started (see `bytes_read`).
-    pub fn bytes_read(&self) -> u64 {
-        self.bytes_read.load(Ordering::Relaxed)
-    }
-
-    /// The device's copy bandwidth in bytes per second (read + written), measured now with a
-    /// 1 GiB device-to-device copy: the roofline a decode step's bytes are held to.
-    pub fn copy_bandwidth(&self) -> Result<f64, CudaError> {
-        let n = 1usize << 30;
-        let src = self.stream.alloc_zeros::<u8>(n).map_err(driver("allocating the bandwidth probe"))?;
-        let mut dst = self.stream.alloc_zeros::<u8>(n).map_err(driver("allocating the bandwidth probe"))?;
-        let copy = |dst: &mut CudaSlice<u8>| self.stream.memcpy_dtod(&src, dst).map_err(driver("copying"));
-        copy(&mut dst)?;
-        self.stream.synchronize().map_err(driver("synchronizing"))?;
-        let reps = 10;
-        let t = std::time::Instant::now();
-        for _ in 0..reps {
-            copy(&mut dst)?;
-        }
-        self.stream.synchronize().map_err(driver("synchronizing"))?;
-        Ok(2.0 * (n * reps) as f64 / t.elapsed().as_secs_f64())
     }
 
     pub fn graphs_enabled(&self) -> bool {

@@ -386,7 +386,7 @@ impl AttentionOps for CudaBackend {
         // K and V of every attended position, once per row, as stored.
         let attended: u64 = batch.positions.iter().map(|&p| p as u64 + 1).sum();
         let per_position = (2 * spec.num_kv_heads * spec.head_dim * kv.store.bytes()) as u64;
-        self.bytes_read.fetch_add(attended * per_position, std::sync::atomic::Ordering::Relaxed);
+        self.work.add(attended * per_position, crate::measure::attention_flops(attended, num_heads, spec.head_dim));
         let kv_id = crate::step::kv_id(kv);
         let step = self
             .with_step(|s| (s.kv_id == kv_id && s.padded_rows == padded && s.batch == *batch).then_some(s.attn_meta));

@@ -186,7 +186,7 @@ impl CudaBackend {
             return;
         }
         for w in ws {
-            self.bytes_read.fetch_add((w.rows * w.row_bytes) as u64, std::sync::atomic::Ordering::Relaxed);
+            self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         if ws[0].mma && self.tma.enabled {
             self.linear_tma(x, ws, outs, rounded);

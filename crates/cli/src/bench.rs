@@ -120,19 +120,23 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
             dd.push(args.gen_len as f64 / decode);
         }
     }
-    // Bytes read per generated token, where the backend counts them (for the roofline): a
-    // generation's bytes less those of its prompt's prefill alone.
+    // The work (bytes read, FLOPs) of one generation, where the backend counts it (for the
+    // roofline): a decode token's bytes are a generation's less its prompt's prefill alone.
+    let work = s.engine.backend().work_source();
+    let mut work_of = |prompt: usize, generated: usize| -> Result<Option<(f64, f64)>> {
+        let Some(work) = &work else { return Ok(None) };
+        let before = work();
+        timed_generation(&mut s, tokens(prompt, vocab, 4000), generated)?;
+        let after = work();
+        Ok(Some(((after.0 - before.0) as f64, (after.1 - before.1) as f64)))
+    };
     let mut decode_bytes = |prompt: usize| -> Result<Option<f64>> {
-        let mut read = |generated: usize| -> Result<Option<u64>> {
-            let before = s.engine.backend().bytes_read();
-            timed_generation(&mut s, tokens(prompt, vocab, 4000), generated)?;
-            Ok(s.engine.backend().bytes_read().zip(before).map(|(a, b)| a - b))
-        };
-        let (with, without) = (read(args.gen_len)?, read(0)?);
-        Ok(with.zip(without).map(|(a, b)| (a - b) as f64 / args.gen_len as f64))
+        let (with, without) = (work_of(prompt, args.gen_len)?, work_of(prompt, 0)?);
+        Ok(with.zip(without).map(|(a, b)| (a.0 - b.0) / args.gen_len as f64))
     };
     let tg_bytes = decode_bytes(1)?;
     let dd_bytes = if args.depth > 0 { decode_bytes(args.depth)? } else { None };
+    let pp_flops = work_of(args.prompt_len, 0)?.map(|w| w.1);
     let sha = sha256_model(&s.path, &NoProgress)?;
     let mut figures = json!({
         "backend": s.engine.backend().name(),
@@ -175,6 +179,22 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
             100.0 * tg_fraction
         );
         figures["roofline"] = roof;
+    }
+    // Prefill against the device's measured dense bf16 rate (the FLOPs of one pp pass, counted).
+    if let Some(flops) = pp_flops.filter(|&f| f > 0.0)
+        && let Some(rate) = s.engine.backend().bf16_matmul_rate()
+    {
+        let pp_roof = crate::roofline::prefill(median(pp.clone()), args.prompt_len, flops, rate);
+        eprintln!(
+            "prefill roofline: {:.1} GFLOP per token, {:.0} TFLOP/s bf16 measured (cuBLASLt): pp at {:.0}% of it",
+            flops / args.prompt_len as f64 / 1e9,
+            rate / 1e12,
+            100.0 * pp_roof["pp_fraction_of_bf16_rate"].as_f64().unwrap_or(0.0)
+        );
+        match figures.get_mut("roofline").and_then(|r| r.as_object_mut()) {
+            Some(roof) => roof.extend(pp_roof.as_object().cloned().unwrap_or_default()),
+            None => figures["roofline"] = pp_roof,
+        }
     }
     let r = receipt::envelope("bench", started, &s.path, &sha, figures.clone());
     if let Some(path) = &args.receipt {

@@ -4,6 +4,7 @@
 //! SVG plot; a peer receipt (llama-server, same prompts and lengths) can be drawn beside it.
 
 use crate::bench::BenchArgs;
+use crate::roofline::{self, DecodeRoof};
 use crate::session::OpenBackend;
 use crate::{plot, receipt};
 use anyhow::{Context, Result, bail};
@@ -14,6 +15,9 @@ use plumb_sampling::SamplingParams;
 use plumb_scheduler::SchedulerConfig;
 use serde_json::{Value, json};
 use std::time::Instant;
+
+/// Decode steps of the one-request run that measures the bytes a decode step reads besides KV.
+const CALIBRATION_STEPS: usize = 32;
 
 /// One request's timings, in seconds from the submission of the whole round.
 struct Timings {
@@ -127,6 +131,12 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let backend_name = backend.name();
     let threads = backend.threads();
     let device = backend.device_info_later();
+    // The roofline's inputs, where the backend measures and counts them: its copy bandwidth
+    // (measured before the engine's KV cache takes the memory), its byte counter, and the bytes
+    // one position's K and V take as stored.
+    let bandwidth = backend.copy_bandwidth();
+    let work = backend.work_source();
+    let kv_store = plumb_core::Backend::kv_store(&backend);
     let drafter = crate::draft::DraftSpec::from_args(&args.model)?;
     let mut engine = Engine::try_new(backend, model, config)?;
     if let Some(spec) = &drafter {
@@ -136,6 +146,23 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let handle = EngineHandle::spawn(engine, lanes);
     eprintln!("benchmarking {} lanes on {backend_name} ...", path.display());
     round(&handle, &[crate::bench::tokens(16, vocab, 99)], 2)?;
+    let decode_roof = match (bandwidth, &work) {
+        (Some(bandwidth), Some(work)) => {
+            let kv = plumb_models::registry::kv_layout(file.as_ref())?;
+            let kv_per_position = (kv.num_layers * kv.num_kv_heads * kv.head_dim * 2 * kv_store.bytes()) as f64;
+            // One request of a one-token prompt, with CALIBRATION_STEPS decode steps and without:
+            // the difference is those steps' bytes, weights and KV at positions 1 onward.
+            let read = |generated: usize, seed: u64| -> Result<f64> {
+                let before = work().0;
+                round(&handle, &[crate::bench::tokens(1, vocab, seed)], generated)?;
+                Ok((work().0 - before) as f64)
+            };
+            let steps = read(CALIBRATION_STEPS + 1, 77)? - read(1, 78)?;
+            let weights_per_step = roofline::weights_per_step(steps, CALIBRATION_STEPS, 1, kv_per_position);
+            (weights_per_step > 0.0).then_some(DecodeRoof { bandwidth, weights_per_step, kv_per_position })
+        }
+        _ => None,
+    };
     let mut results = Vec::new();
     for (level, &n) in levels.iter().enumerate() {
         // Distinct random prompts: no prefix-cache hits between requests or rounds.
@@ -144,6 +171,12 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             .collect();
         let before = handle.stats().drafts;
         let mut f = figures(n, args.prompt_len, &round(&handle, &prompts, args.gen_len)?);
+        if let Some(r) = &decode_roof {
+            let roof = r.tokens_per_s(n, args.prompt_len, args.gen_len);
+            f["decode_roofline_tokens_per_s"] = json!(roof);
+            f["decode_fraction_of_roofline"] = json!(f["aggregate_decode_tokens_per_s"].as_f64().map(|d| d / roof));
+            f["steady_fraction_of_roofline"] = json!(f["steady_decode_tokens_per_s"].as_f64().map(|d| d / roof));
+        }
         eprintln!(
             "{n:>3} concurrent: {:>7.1} tokens/s aggregate, {:.1} decoding ({:.1} steady), {:.1} prefilling, TTFT p50 {:.0} ms, ITL p50 {:.1} ms p99 {:.1} ms",
             f["aggregate_tokens_per_s"].as_f64().unwrap_or(0.0),
@@ -154,6 +187,13 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
             f["itl_ms"]["p50"].as_f64().unwrap_or(0.0),
             f["itl_ms"]["p99"].as_f64().unwrap_or(0.0),
         );
+        if let Some(roof) = f["decode_roofline_tokens_per_s"].as_f64() {
+            eprintln!(
+                "    roofline {roof:.1} decode tokens/s: decoding at {:.0}%, steady at {:.0}% of it",
+                100.0 * f["decode_fraction_of_roofline"].as_f64().unwrap_or(0.0),
+                100.0 * f["steady_fraction_of_roofline"].as_f64().unwrap_or(0.0)
+            );
+        }
         if drafter.is_some() {
             let d = handle.stats().drafts.since(&before);
             f["drafts"] = json!({
@@ -172,7 +212,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         }
         results.push(f);
     }
-    let figures = json!({
+    let mut figures = json!({
         "backend": backend_name,
         "threads": threads,
         "device": device(),
@@ -183,6 +223,9 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
         "draft": drafter.as_ref().map(ToString::to_string),
         "levels": results,
     });
+    if let Some(r) = &decode_roof {
+        figures["roofline"] = r.describe(args.prompt_len, args.gen_len);
+    }
     let sha = sha256_model(&path, &NoProgress)?;
     let r = receipt::envelope("bench-concurrency", started, &path, &sha, figures.clone());
     if let Some(out) = &args.receipt {

@@ -15,6 +15,7 @@ mod perplexity;
 mod plot;
 mod progress;
 mod receipt;
+mod roofline;
 mod run;
 mod serve;
 mod session;

@@ -141,6 +141,9 @@ macro_rules! on_device {
     };
 }
 
+/// Reads (bytes of weights and KV read, FLOPs done) by a backend's ops so far.
+pub type WorkSource = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
+
 /// A backend the CLI can build from its model arguments.
 pub trait OpenBackend: FullBackend + Sized + 'static {
     fn open(args: &ModelArgs) -> Result<Self>;
@@ -156,12 +159,18 @@ pub trait OpenBackend: FullBackend + Sized + 'static {
         let now = self.device_info();
         Box::new(move || now.clone())
     }
-    /// Bytes of weights and KV read by the ops so far, where the backend counts them.
-    fn bytes_read(&self) -> Option<u64> {
+    /// A reader of (bytes of weights and KV read, FLOPs done) by the ops so far, where the backend
+    /// counts them; readable after the backend has moved into an engine thread.
+    fn work_source(&self) -> Option<WorkSource> {
         None
     }
     /// The measured copy bandwidth in bytes/s (read + written), where the backend measures it.
     fn copy_bandwidth(&self) -> Option<f64> {
+        None
+    }
+    /// The measured dense bf16 matrix-multiply rate in FLOP/s, where the backend measures it; a
+    /// failed measurement is reported and leaves the figure out.
+    fn bf16_matmul_rate(&self) -> Option<f64> {
         None
     }
 }
@@ -201,11 +210,15 @@ impl OpenBackend for CudaBackend {
     fn threads(&self) -> Option<usize> {
         None
     }
-    fn bytes_read(&self) -> Option<u64> {
-        Some(CudaBackend::bytes_read(self))
+    fn work_source(&self) -> Option<WorkSource> {
+        let work = self.work_counters();
+        Some(Box::new(move || (work.bytes_read(), work.flops())))
     }
     fn copy_bandwidth(&self) -> Option<f64> {
         CudaBackend::copy_bandwidth(self).ok()
+    }
+    fn bf16_matmul_rate(&self) -> Option<f64> {
+        CudaBackend::bf16_matmul_rate(self).map_err(|e| eprintln!("no bf16 rate for the roofline: {e}")).ok()
     }
     fn device_info_later(&self) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
         let fixed = self.device_info();
