@@ -9,7 +9,10 @@
 # kernel a plain launch) under ncu, skipping the prompts' prefill (SKIP launches of the matching
 # kernels, default 3,000; 160 match a 64-row step) and profiling COUNT (default 8) of them with the full section set,
 # clocks left alone (H200.md). Writes OUT_DIR/ncu.ncu-rep and its details page as text.
-# KERNELS is ncu's -k filter (default: the attention and the 64-row linear instances).
+# KERNELS is ncu's -k filter (default: the attention and the 64-row linear instances); CONC the
+# requests decoding at once (default 64). SKIP counts only the launches the filter matches: for
+# the one-request walk's stall reasons, CONC=1 KERNELS=regex:attention_mma SKIP=200 COUNT=4 (32
+# launches a step; the warm-up and the prompt take the first 96).
 set -u
 B=${1:?usage: ncu-8b.sh BIN_DIR OUT_DIR [MODEL_DIR]}
 OUT=${2:?usage: ncu-8b.sh BIN_DIR OUT_DIR [MODEL_DIR]}
@@ -22,7 +25,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 [ -e "$MODEL/config.json" ] || "$B/plumb" synth --arch llama-3.1-8b "$MODEL" >/dev/null
 "$NCU" --clock-control none --target-processes all -k "${KERNELS:-regex:attention_mma|linear_tma_bf16_n64}" \
     --launch-skip "${SKIP:-3000}" --launch-count "${COUNT:-8}" --set full -f -o "$OUT/ncu" \
-    "$B/plumb" bench --device cuda --kv-dtype f16 --model "$MODEL" --concurrency 64 --prompt-len 512 --gen-len 64 \
+    "$B/plumb" bench --device cuda --kv-dtype f16 --model "$MODEL" --concurrency "${CONC:-64}" --prompt-len 512 --gen-len 64 \
     >"$OUT/ncu-run.log" 2>&1
 status=$?
 "$NCU" --import "$OUT/ncu.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1 || status=1
