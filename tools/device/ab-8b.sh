@@ -7,7 +7,11 @@
 #   SETTINGS="new: old:PLUMB_CUDA_KC_LONG_FROM=1000000000" tools/device/ab-8b.sh BIN_DIR OUT_DIR
 #
 # SETTINGS: space-separated TAG:ASSIGNMENTS, the assignments comma-separated VAR=VALUE (none: the
-# defaults). BIN_DIR: what tools/device/stage.sh writes (plumb, gemm_8b, the test binaries).
+# defaults); BIN=DIR among them runs that setting's binaries from DIR instead of BIN_DIR, for an
+# A/B of two builds: SETTINGS="main: trims:BIN=/tmp/b2". BIN_DIR: what tools/device/stage.sh
+# writes (plumb, gemm_8b, the test binaries). Each build compiles its kernels once before any
+# timed run. PACK=1 ends by packing OUT_DIR into OUT_DIR.tar (the device tool returns at most
+# eight files).
 # PHASES (default "tests gemm conc tg") picks phases; TESTS the test binaries (default
 # row_invariance conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
 # concurrency levels (default 32,64); ROUNDS 1 or 2 (default 2). The checkpoint goes to /tmp/l8b
@@ -30,7 +34,13 @@ status=0
 tag_of() { echo "${1%%:*}"; }
 env_of() {
     local a=${1#*:}
-    [ -n "$a" ] && tr ',' ' ' <<<"$a"
+    [ -n "$a" ] && tr ',' '\n' <<<"$a" | grep -v '^BIN=' | tr '\n' ' '
+}
+# The setting's binary folder: its BIN=, else BIN_DIR.
+bin_of() {
+    local a=${1#*:} d=$B kv
+    for kv in ${a//,/ }; do [[ $kv == BIN=* ]] && d=${kv#BIN=}; done
+    echo "$d"
 }
 run_with() {
     local s=$1
@@ -47,7 +57,7 @@ if has tests; then
     for s in "${SET[@]}"; do
         for t in ${TESTS:-row_invariance conformance graphs}; do
             SECONDS=0
-            run_with "$s" timeout "${TEST_TIMEOUT:-200}" "$B/$t" --test-threads 1 >"$OUT/$t-$(tag_of "$s").log" 2>&1
+            run_with "$s" timeout "${TEST_TIMEOUT:-200}" "$(bin_of "$s")/$t" --test-threads 1 >"$OUT/$t-$(tag_of "$s").log" 2>&1
             rc=$?
             [ $rc = 0 ] || status=1
             echo "[$(tag_of "$s")] $t rc=$rc ${SECONDS}s $(grep 'test result' "$OUT/$t-$(tag_of "$s").log" | tail -1)" >>"$L"
@@ -55,16 +65,24 @@ if has tests; then
     done
 fi
 [ -n "${synth:-}" ] && { wait "$synth" || status=1; }
-P=("$B/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b)
+# Every build compiles its kernels (NVRTC, about a minute the first time) before any timed run.
+if has conc || has tg; then
+    for d in $(for s in "${SET[@]}"; do bin_of "$s"; done | sort -u); do
+        timeout 200 "$d/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b --prompt-len 16 --gen-len 4 \
+            --depth 0 --repetitions 1 >/dev/null 2>&1 &
+    done
+    wait
+fi
 order=("${SET[@]}")
 for round in $(seq 1 "${ROUNDS:-2}"); do
     for s in "${order[@]}"; do
         tag=$(tag_of "$s")
+        P=("$(bin_of "$s")/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b)
         if has gemm; then
             SECONDS=0
             echo "## [$tag] gemm_8b (round $round)" >>"$L"
             run_with "$s" GEMM_MS="${GEMM_MS:-1,8,16,32,64}" GEMM_SHAPES="${GEMM_SHAPES:-qkv,o,down,gate_up}" \
-                timeout 200 "$B/gemm_8b" "$OUT/gemm-$tag-$round.json" 2>&1 | grep -E "^(qkv|o |down|gate_up|head)" >>"$L"
+                timeout 200 "$(bin_of "$s")/gemm_8b" "$OUT/gemm-$tag-$round.json" 2>&1 | grep -E "^(qkv|o |down|gate_up|head)" >>"$L"
             echo "($SECONDS s)" >>"$L"
         fi
         if has conc; then
@@ -88,4 +106,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     order=("${rev[@]}")
 done
 cat "$L"
+if [ "${PACK:-0}" = 1 ]; then
+    tar -cf "$OUT.tar" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"
+fi
 exit $status
