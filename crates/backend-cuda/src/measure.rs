@@ -53,11 +53,6 @@ impl CudaBackend {
         self.work.clone()
     }
 
-    /// Bytes of weights and KV the ops have read since the backend started (`WorkCounters`).
-    pub fn bytes_read(&self) -> u64 {
-        self.work.bytes_read()
-    }
-
     /// The device's copy bandwidth in bytes per second (read + written), measured now with a
     /// 1 GiB device-to-device copy: the roofline a decode step's bytes are held to.
     pub fn copy_bandwidth(&self) -> Result<f64, CudaError> {
@@ -77,9 +72,9 @@ impl CudaBackend {
     }
 
     /// The device's dense bf16 matrix-multiply rate in FLOP/s (bf16 inputs and output, f32
-    /// accumulation), measured now: cuBLASLt multiplies two 8,192 × 8,192 matrices of random
-    /// values in [-1, 1) ten times after three unmeasured ones. cuBLASLt is loaded for this only
-    /// (the backend's own `linear` never calls it); without the library this says so.
+    /// accumulation), measured now: cuBLASLt multiplies an 8,192 × 8,192 matrix of random values
+    /// in [-1, 1) by its own transpose ten times after three unmeasured ones. cuBLASLt is loaded
+    /// for this only (the backend's own `linear` never calls it); without the library this says so.
     pub fn bf16_matmul_rate(&self) -> Result<f64, CudaError> {
         use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
         // SAFETY: only looks for the shared library; loads no symbol.
@@ -99,11 +94,8 @@ impl CudaBackend {
             half::bf16::from_f32(2.0 * u - 1.0)
         };
         let host: Vec<half::bf16> = (0..n * n).map(|_| random()).collect();
+        // One random matrix as both operands (A · Aᵀ): the rate does not depend on which values.
         let a = self.stream.clone_htod(&host).map_err(driver("uploading the rate probe"))?;
-        let b = self
-            .stream
-            .clone_htod(&host[n * n / 2..].iter().chain(&host[..n * n / 2]).copied().collect::<Vec<_>>())
-            .map_err(driver("uploading the rate probe"))?;
         let mut c = self.stream.alloc_zeros::<half::bf16>(n * n).map_err(driver("allocating the rate probe"))?;
         let cfg = MatmulConfig {
             transa: true,
@@ -126,8 +118,8 @@ impl CudaBackend {
         let mut run = |reps: usize| -> Result<f64, CudaError> {
             let t = std::time::Instant::now();
             for _ in 0..reps {
-                // SAFETY: a, b and c hold exactly the n × n matrices `cfg` describes.
-                unsafe { lt.matmul(cfg, &a, &b, &mut c, None, None) }
+                // SAFETY: a and c hold exactly the n × n matrices `cfg` describes.
+                unsafe { lt.matmul(cfg, &a, &a, &mut c, None, None) }
                     .map_err(|e| CudaError::CublasLt { during: "multiplying", message: format!("{e:?}") })?;
             }
             self.stream.synchronize().map_err(driver("synchronizing"))?;

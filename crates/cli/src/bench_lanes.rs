@@ -149,7 +149,7 @@ fn run_on<B: OpenBackend>(args: &BenchArgs, levels: &[usize]) -> Result<()> {
     let decode_roof = match (bandwidth, &work) {
         (Some(bandwidth), Some(work)) => {
             let kv = plumb_models::registry::kv_layout(file.as_ref())?;
-            let kv_per_position = (kv.num_layers * kv.num_kv_heads * kv.head_dim * 2 * kv_store.bytes()) as f64;
+            let kv_per_position = kv.bytes_per_position_as(kv_store) as f64;
             // One request of a one-token prompt, with CALIBRATION_STEPS decode steps and without:
             // the difference is those steps' bytes, weights and KV at positions 1 onward.
             let read = |generated: usize, seed: u64| -> Result<f64> {

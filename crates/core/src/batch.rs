@@ -62,7 +62,12 @@ pub struct StateSnapshot {
 impl KvSpec {
     /// Bytes one position takes across all layers, K and V, in f32.
     pub fn bytes_per_position(&self) -> usize {
-        self.num_layers * self.num_kv_heads * self.head_dim * 2 * 4
+        self.bytes_per_position_as(crate::KvStore::F32)
+    }
+
+    /// Bytes one position takes across all layers, K and V, stored as `store`.
+    pub fn bytes_per_position_as(&self, store: crate::KvStore) -> usize {
+        self.num_layers * self.num_kv_heads * self.head_dim * 2 * store.bytes()
     }
 }
 
@@ -170,5 +175,28 @@ impl ForwardBatch {
             return Err(format!("logits row {r} is out of range"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KvSpec, LaneStateSpec};
+    use crate::KvStore;
+
+    #[test]
+    fn a_positions_bytes_follow_the_store() {
+        // The 8B shape: 32 layers of 8 KV heads of 128.
+        let kv = KvSpec {
+            num_layers: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            block_size: 16,
+            num_blocks: 0,
+            lane_state: LaneStateSpec::NONE,
+        };
+        assert_eq!(kv.bytes_per_position(), 262_144);
+        assert_eq!(kv.bytes_per_position_as(KvStore::F32), kv.bytes_per_position());
+        assert_eq!(kv.bytes_per_position_as(KvStore::F16), 131_072);
+        assert_eq!(kv.bytes_per_position_as(KvStore::Bf16), 131_072);
     }
 }
