@@ -14,7 +14,8 @@
 # eight files).
 # PHASES (default "tests gemm conc tg") picks phases; TESTS the test binaries (default
 # row_invariance conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
-# concurrency levels (default 32,64); ROUNDS 1 or 2 (default 2). The checkpoint goes to /tmp/l8b
+# concurrency levels (default 32,64) and GEN_LEN their generated tokens (default 256); ROUNDS 1 or
+# 2 (default 2). The checkpoint goes to /tmp/l8b
 # (16 GB, made once by `plumb synth`). Writes OUT_DIR/ab.txt (every figure, tagged) and each run's
 # receipt; exits non-zero when a test failed.
 set -u
@@ -88,7 +89,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
         if has conc; then
             SECONDS=0
             echo "## [$tag] concurrency ${LEVELS:-32,64} (round $round)" >>"$L"
-            run_with "$s" timeout 200 "${P[@]}" --concurrency "${LEVELS:-32,64}" --prompt-len 512 --gen-len 256 \
+            run_with "$s" timeout 200 "${P[@]}" --concurrency "${LEVELS:-32,64}" --prompt-len 512 --gen-len "${GEN_LEN:-256}" \
                 --receipt "$OUT/conc-$tag-$round.json" 2>&1 | grep concurrent >>"$L"
             echo "($SECONDS s)" >>"$L"
         fi

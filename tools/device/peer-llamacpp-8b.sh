@@ -16,7 +16,8 @@
 # peer-llamacpp-cuda-llama8b.json. Each phase runs under a deadline so the call ends within
 # DEADLINE seconds (default 570); REPS is llama-bench's repetitions (default 5). SYNTH_ARCH, HF_DIR
 # and GGUF change the model (default llama-3.1-8b, /tmp/l8b, /tmp/l8b-bf16.gguf). The build may
-# run until BENCH_SECS (default 60) before the deadline (less PLUMB_SECS with PLUMB_FIGURES=1):
+# run until BENCH_SECS (default 60) before the deadline (less PLUMB_SECS with PLUMB_FIGURES=1), on
+# BUILD_JOBS cores (default all); WHILE_BUILDING runs a command of yours on the idle GPU meanwhile:
 # measured 2026-12-03, a cold build beside `plumb synth` needed about 330 s (it had 275 s and
 # stopped at 238 of 289 steps; ninja resumed it in 32 s in the next call on the warm machine),
 # llama-bench and llama-batched-bench 19 s at REPS=2, plumb's figures about 75 s.
@@ -51,7 +52,7 @@ mkdir -p "$OUT" "$work"
     timeout 120 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF &&
-        timeout "$(left "${BENCH_SECS:-60}")" cmake --build "$src/build" -j"$(nproc)" --target llama-bench llama-batched-bench
+        timeout "$(left "${BENCH_SECS:-60}")" cmake --build "$src/build" -j"${BUILD_JOBS:-$(nproc)}" --target llama-bench llama-batched-bench
 ) >"$OUT/build.log" 2>&1 &
 build_pid=$!
 
@@ -82,6 +83,13 @@ else
 fi
 SECONDS_CONVERT=$((SECONDS - t))
 
+# WHILE_BUILDING: a command for the GPU, which the build leaves idle, once the checkpoint exists
+# (an A/B of plumb's settings, say); it should leave the build cores (BUILD_JOBS of them).
+if [ -n "${WHILE_BUILDING:-}" ]; then
+    t=$SECONDS
+    timeout "$(left "${BENCH_SECS:-60}")" bash -c "$WHILE_BUILDING" >"$OUT/while-building.log" 2>&1
+    echo "while building: rc $? ($((SECONDS - t)) s)"
+fi
 t=$SECONDS
 wait "$build_pid"
 rc=$?
