@@ -73,25 +73,81 @@ __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict_
     }
 }
 
+// rms_norm_body for a row of at most NORM_THREADS * NORM_BATCH columns (the 8B's 4,096, the default
+// model's 576): each thread's columns are one batch, kept in registers from the first pass to
+// the second instead of read back, and the norm weight's batch `wv` may come in already loaded
+// (`have_w`). The same values in the same operations as rms_norm_body, so the same bits.
+__device__ __forceinline__ void rms_norm_one(float* x, const float* __restrict__ d, const float* __restrict__ w,
+                                             float eps, float* __restrict__ out, int cols,
+                                             unsigned short* __restrict__ xb, float (&wv)[NORM_BATCH], bool have_w) {
+    __shared__ float part[NORM_THREADS / 32];
+    float* xr = x + (u64)blockIdx.x * cols;
+    float* orow = out + (u64)blockIdx.x * cols;
+    float v[NORM_BATCH], dv[NORM_BATCH];
+    norm_batch(xr, threadIdx.x, cols, v);
+    if (d) norm_batch(d + (u64)blockIdx.x * cols, threadIdx.x, cols, dv);
+    if (!have_w) norm_batch(w, threadIdx.x, cols, wv);
+    float s = 0.0f;
+#pragma unroll
+    for (int u = 0; u < NORM_BATCH; u++) {
+        const int j = threadIdx.x + u * NORM_THREADS;
+        if (j >= cols) break;
+        if (d) {
+            v[u] = __fadd_rn(v[u], dv[u]);
+            xr[j] = v[u];
+        }
+        s = fmaf(v[u], v[u], s);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+    __syncthreads();
+    float total = part[0];
+#pragma unroll
+    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+#pragma unroll
+    for (int u = 0; u < NORM_BATCH; u++) {
+        const int j = threadIdx.x + u * NORM_THREADS;
+        if (j >= cols) break;
+        const float y = __fmul_rn(__fmul_rn(v[u], inv), wv[u]);
+        orow[j] = y;
+        if (xb) xb[(u64)blockIdx.x * cols + kperm(j)] = (unsigned short)bf16_bits(y);
+    }
+}
+
+// The norm kernels' entry: a row of one batch a thread loads its norm weight's batch before the
+// wait on the kernel before (no kernel of a forward writes a weight, as in the `linear` kernels),
+// so it arrives while that kernel finishes; then the wait, and the norm.
+__device__ __forceinline__ void rms_norm_entry(float* x, const float* __restrict__ d, const float* __restrict__ w,
+                                               float eps, float* __restrict__ out, int cols,
+                                               unsigned short* __restrict__ xb) {
+    const bool one = cols <= NORM_THREADS * NORM_BATCH;
+    float wv[NORM_BATCH];
+    if (one && EARLY_WEIGHTS) norm_batch(w, threadIdx.x, cols, wv);
+    PDL_ENTRY();
+    if (one)
+        rms_norm_one(x, d, w, eps, out, cols, xb, wv, EARLY_WEIGHTS);
+    else
+        rms_norm_body(x, d, w, eps, out, cols, xb);
+}
+
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
-    PDL_ENTRY();
-    rms_norm_body(const_cast<float*>(x), nullptr, w, eps, out, cols, nullptr);
+    rms_norm_entry(const_cast<float*>(x), nullptr, w, eps, out, cols, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm_bf16(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out,
                   int cols, unsigned short* __restrict__ xb) {
-    PDL_ENTRY();
-    rms_norm_body(const_cast<float*>(x), nullptr, w, eps, out, cols, xb);
+    rms_norm_entry(const_cast<float*>(x), nullptr, w, eps, out, cols, xb);
 }
 
 // acc[n, :] += d[n, :], then out[n, :] = rms_norm(acc[n, :]) (`xb`, when not null, as in rms_norm_bf16).
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     add_rms_norm(float* acc, const float* __restrict__ d, const float* __restrict__ w, float eps,
                  float* __restrict__ out, int cols, unsigned short* __restrict__ xb) {
-    PDL_ENTRY();
-    rms_norm_body(acc, d, w, eps, out, cols, xb);
+    rms_norm_entry(acc, d, w, eps, out, cols, xb);
 }
 
 // acc += x.
