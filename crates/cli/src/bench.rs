@@ -121,12 +121,18 @@ fn run_on<B: OpenBackend>(args: &BenchArgs) -> Result<()> {
         }
     }
     // The work (bytes read, FLOPs) of one generation, where the backend counts it (for the
-    // roofline): a decode token's bytes are a generation's less its prompt's prefill alone.
+    // roofline): a decode token's bytes are a generation's less its prompt's prefill alone. Each
+    // generation has a prompt of its own: one that shared a prefix with an earlier one would find
+    // it in the prefix cache and count a shorter prefill (a 2,048-token prompt counted 1,536
+    // tokens' FLOPs behind a 512-token one, and the decode at depth took the gap between two
+    // unequal prefills as its own).
     let work = s.engine.backend().work_source();
+    let mut seed = 4000;
     let mut work_of = |prompt: usize, generated: usize| -> Result<Option<(f64, f64)>> {
         let Some(work) = &work else { return Ok(None) };
+        seed += 1;
         let before = work();
-        timed_generation(&mut s, tokens(prompt, vocab, 4000), generated)?;
+        timed_generation(&mut s, tokens(prompt, vocab, seed), generated)?;
         let after = work();
         Ok(Some(((after.0 - before.0) as f64, (after.1 - before.1) as f64)))
     };
