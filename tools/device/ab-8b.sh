@@ -49,6 +49,7 @@ run_with() {
     # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
     env $(env_of "$s") "$@"
 }
+bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
 if has conc || has tg; then
     ([ -e /tmp/l8b/config.json ] || "$B/plumb" synth --arch llama-3.1-8b -t 8 /tmp/l8b >"$OUT/synth.log" 2>&1) &

@@ -16,6 +16,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PLUMB_REQUIRE_GPU=1
 export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
+bash "$(dirname "$0")/seed-kernels.sh" "$B"
 PH=${PHASES:-tests gemm synth bench conc}
 has() { [[ " $PH " == *" $1 "* ]]; }
 status=0

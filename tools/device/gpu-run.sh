@@ -19,6 +19,7 @@ MODEL=${3:-}
 PHASES=${PHASES:-env tests parity check bench}
 mkdir -p "$OUT"
 export PLUMB_HOME=${PLUMB_HOME:-$(mktemp -d /tmp/plumb-home.XXXX)}
+bash "$(dirname "$0")/seed-kernels.sh" "$BIN"
 # The default model goes into plumb's cache under its own name, and every phase uses that path:
 # the engine's and server's tests find it there, and plumb check matches the transformers
 # fixtures (fixtures/smollm2) to a model by its file name.

@@ -20,6 +20,7 @@ MODEL=${3:-/tmp/l8b}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home} PLUMB_CUDA_GRAPHS=0
+bash "$(dirname "$0")/seed-kernels.sh" "$B"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
 [ -e "$MODEL/config.json" ] || "$B/plumb" synth --arch llama-3.1-8b "$MODEL" >/dev/null

@@ -62,6 +62,7 @@ if [ -z "$plumb" ]; then
     plumb=$work/plumb
     xz -dc .gpu/plumb.xz >"$plumb" && chmod +x "$plumb" || fail "no PLUMB and no .gpu/plumb.xz"
 fi
+bash "$(dirname "$0")/seed-kernels.sh" "$(dirname "$plumb")"
 SECONDS_SYNTH=0
 if [ ! -e "$hf/config.json" ]; then
     t=$SECONDS

@@ -11,6 +11,8 @@
 # Builds with the `gpu` profile (release code, no LTO, no debug info: see Cargo.toml) into the
 # caller's CARGO_TARGET_DIR (default: target); PROFILE=release builds the release profile instead.
 # TESTS=0 stages only `plumb`, gemm_8b and the backend's tests (no engine or server test binaries).
+# NVRTC_LIB_DIR=DIR also compiles the kernels for sm_90a with the NVRTC in DIR into DEST/kernels
+# (seed-kernels.sh): a fresh GPU machine then loads them instead of compiling for a minute.
 # The binaries need no Rust toolchain where they run; CUDA's driver and NVRTC load at run time.
 # Unpack there with `tar -xJf DEST_DIR.tar.xz -C DIR`.
 set -euo pipefail
@@ -49,6 +51,14 @@ for line in sys.stdin:
         print(f"staged {out}")
 ' "$DEST"
 strip "$DEST"/*
-cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/ncu-8b.sh "$DEST/"
+cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/ncu-8b.sh \
+    "$(dirname "$0")"/seed-kernels.sh "$DEST/"
+# With NVRTC_LIB_DIR (the lib folder of the PyPI wheel nvidia-cuda-nvrtc at the GPU machine's
+# version), the kernels are compiled here into DEST/kernels, which seed-kernels.sh puts into the
+# GPU machine's kernel cache.
+if [ -n "${NVRTC_LIB_DIR:-}" ]; then
+    cargo build --profile "$PROFILE" -p plumb-backend-cuda --example precompile
+    LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST "$target/$PROFILE/examples/precompile" sm_90a
+fi
 tar -C "$DEST" -cf - . | xz -T2 -3 >"$DEST.tar.xz"
 ls -la "$DEST" "$DEST.tar.xz"
