@@ -16,6 +16,20 @@ __device__ __forceinline__ void norm_batch(const float* p, int j0, int cols, flo
     }
 }
 
+// 1 / sqrt(mean of squares + eps) of a row from each thread's sum of squares `s`: warps reduce by
+// the xor butterfly, and the NORM_THREADS / 32 warp sums are folded left in warp order.
+__device__ __forceinline__ float norm_inv(float s, int cols, float eps) {
+    __shared__ float part[NORM_THREADS / 32];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+    __syncthreads();
+    float total = part[0];
+#pragma unroll
+    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+}
+
 // out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * w. One block of NORM_THREADS per row:
 // thread t takes columns t, t + 256, ... in one fmaf chain; warps reduce by the xor butterfly;
 // the 8 warp sums are folded left in warp order.
@@ -30,7 +44,6 @@ __device__ __forceinline__ void norm_batch(const float* p, int j0, int cols, flo
 __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict__ d, const float* __restrict__ w,
                                               float eps, float* __restrict__ out, int cols,
                                               unsigned short* __restrict__ xb) {
-    __shared__ float part[NORM_THREADS / 32];
     float* xr = x + (u64)blockIdx.x * cols;
     float* orow = out + (u64)blockIdx.x * cols;
     const float* dr = d ? d + (u64)blockIdx.x * cols : nullptr;
@@ -50,14 +63,7 @@ __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict_
             s = fmaf(v[u], v[u], s);
         }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
-    __syncthreads();
-    float total = part[0];
-#pragma unroll
-    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    const float inv = norm_inv(s, cols, eps);
     for (int j0 = threadIdx.x; j0 < cols; j0 += NORM_BATCH * NORM_THREADS) {
         float v[NORM_BATCH], wv[NORM_BATCH];
         norm_batch(xr, j0, cols, v);
@@ -80,7 +86,6 @@ __device__ __forceinline__ void rms_norm_body(float* x, const float* __restrict_
 __device__ __forceinline__ void rms_norm_one(float* x, const float* __restrict__ d, const float* __restrict__ w,
                                              float eps, float* __restrict__ out, int cols,
                                              unsigned short* __restrict__ xb, float (&wv)[NORM_BATCH], bool have_w) {
-    __shared__ float part[NORM_THREADS / 32];
     float* xr = x + (u64)blockIdx.x * cols;
     float* orow = out + (u64)blockIdx.x * cols;
     float v[NORM_BATCH], dv[NORM_BATCH];
@@ -98,14 +103,7 @@ __device__ __forceinline__ void rms_norm_one(float* x, const float* __restrict__
         }
         s = fmaf(v[u], v[u], s);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
-    __syncthreads();
-    float total = part[0];
-#pragma unroll
-    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    const float inv = norm_inv(s, cols, eps);
 #pragma unroll
     for (int u = 0; u < NORM_BATCH; u++) {
         const int j = threadIdx.x + u * NORM_THREADS;
