@@ -22,7 +22,10 @@ pub const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
 pub(crate) const ATM_PAIRS: usize = 64;
 /// Positions per split of the tensor-core attention's canonical form unless
 /// `PLUMB_CUDA_ATM_SPLIT` names another multiple of a tile (`CudaBackend::atm_split`), and of the
-/// f32 kernel's (`ATT_SPLIT`: a tile).
+/// f32 kernel's (`ATT_SPLIT`: a tile). 256 measured against 128 and 64 with blocks walking several
+/// splits (`splits_per_block`): shorter splits won 2–5% at one request of the 8B and lost 3% at
+/// 32 rows and 4–10% at one request's depth 4,096, where the fold takes 2–4× the states
+/// (receipts/bench-cuda-llama8b-attention-walks.txt).
 pub(crate) const ATM_SPLIT: usize = 256;
 pub(crate) const ATT_SPLIT: usize = 64;
 
@@ -80,8 +83,40 @@ pub(crate) fn attention_blocks(
 ) -> (usize, bool) {
     let decode = rows_per_block == 1;
     let warps = if one_warp && decode && group <= 16 && blocks >= sms { 1 } else { ATT_WARPS };
-    let fill = if warps == 1 { ATTENTION_FILL_WARP_BLOCKS_PER_SM } else { ATTENTION_FILL_BLOCKS_PER_SM };
-    (warps, decode && blocks < fill * sms)
+    (warps, decode && blocks < fill_blocks(warps, sms))
+}
+
+/// Blocks of `warps` warps that keep `sms` SMs filled (`ATTENTION_FILL_*`).
+fn fill_blocks(warps: usize, sms: usize) -> usize {
+    sms * if warps == 1 { ATTENTION_FILL_WARP_BLOCKS_PER_SM } else { ATTENTION_FILL_BLOCKS_PER_SM }
+}
+
+/// The most positions one block of a split decode launch walks: the layout measured best from 8
+/// to 64 rows of the 8B when it was also the split length (receipts/bench-cuda-llama8b-attention-splits.txt,
+/// bench-cuda-llama8b-attention-fold-graph-segments.txt).
+pub(crate) const ATM_WALK: usize = 256;
+
+/// How many consecutive splits of a decode row one block of a split launch walks, for `states`
+/// splits a row (a power of two) on `base_blocks` blocks before the split: one each while the
+/// blocks stay within what fills the SMs (one request: every split its own block), else doubling
+/// up to `max_walk` positions a block (`ATM_WALK`; the f32 kernel walks one split a block). A
+/// free choice: a block writes each of its splits' states, reset between them as a fresh block
+/// starts, and the fold takes them in split order whoever wrote them — the same bits.
+pub(crate) fn splits_per_block(
+    states: usize,
+    base_blocks: usize,
+    warps: usize,
+    sms: usize,
+    split_len: usize,
+    max_walk: usize,
+) -> usize {
+    let most = (max_walk / split_len).clamp(1, states.max(1));
+    let fill = fill_blocks(warps, sms);
+    let mut k = 1;
+    while 2 * k <= most && base_blocks * states.div_ceil(k) > fill {
+        k *= 2;
+    }
+    k
 }
 
 /// The most bytes of split states one attention call may keep for their fold (beyond, its rows
@@ -159,5 +194,25 @@ mod tests {
             let e = atm_split_from(Some(bad)).unwrap_err().to_string();
             assert!(e.contains("PLUMB_CUDA_ATM_SPLIT") && e.contains("multiple of 64"), "{bad}: {e}");
         }
+    }
+    #[test]
+    fn split_blocks_walk_one_split_until_they_would_overfill_the_sms() {
+        use super::splits_per_block;
+        let sms = 132;
+        // One request of the 8B (8 KV heads) at ~600 positions, splits of 64: 16 states, each
+        // its own block (128 four-warp blocks).
+        assert_eq!(splits_per_block(16, 8, 4, sms, 64, 256), 1);
+        // Eight requests: 64 base blocks take four splits each (256 blocks, the 256-position walk).
+        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 256), 4);
+        // Four requests: two splits a block (256 blocks).
+        assert_eq!(splits_per_block(16, 32, 4, sms, 64, 256), 2);
+        // 32 requests on one-warp blocks: the longest walk (1,024 blocks), as before splits and
+        // walks were apart.
+        assert_eq!(splits_per_block(16, 256, 1, sms, 64, 256), 4);
+        // Splits as long as the walk, or the f32 kernel's one split a block: one.
+        assert_eq!(splits_per_block(4, 64, 4, sms, 256, 256), 1);
+        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 64), 1);
+        // Never more splits a block than a row has.
+        assert_eq!(splits_per_block(2, 512, 4, sms, 64, 256), 2);
     }
 }

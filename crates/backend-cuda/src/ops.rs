@@ -5,8 +5,8 @@
 //! in `ops_linear.rs`.
 
 use crate::attention_plan::{
-    ATM_PAIRS, ATT_PAIRS, ATT_SPLIT, ATT_WARPS, MAX_HEAD_DIM, MMA_HEAD_DIMS, attention_blocks, attention_mma_smem,
-    attention_smem, split_kv, split_states_bytes,
+    ATM_PAIRS, ATM_WALK, ATT_PAIRS, ATT_SPLIT, ATT_WARPS, MAX_HEAD_DIM, MMA_HEAD_DIMS, attention_blocks,
+    attention_mma_smem, attention_smem, split_kv, split_states_bytes, splits_per_block,
 };
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
@@ -422,8 +422,17 @@ impl AttentionOps for CudaBackend {
             .then(|| split_kv(padded * num_heads, spec.head_dim, longest, split_len))
             .flatten();
         let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
+        // Splits a block walks: the tensor-core kernel's blocks may take several, the f32 kernel's one.
+        let base_blocks = padded.div_ceil(rows_per_block) * spec.num_kv_heads;
+        let max_walk = if mma { ATM_WALK.max(split_len) } else { split_len };
+        let per_block =
+            splits.map_or(1, |s| splits_per_block(s, base_blocks, warps, self.tma.sms, split_len, max_walk));
         let cfg = LaunchConfig {
-            grid_dim: (padded.div_ceil(rows_per_block) as u32, spec.num_kv_heads as u32, splits.unwrap_or(1) as u32),
+            grid_dim: (
+                padded.div_ceil(rows_per_block) as u32,
+                spec.num_kv_heads as u32,
+                (splits.unwrap_or(1) / per_block) as u32,
+            ),
             block_dim: (warps as u32 * 32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
@@ -451,7 +460,8 @@ impl AttentionOps for CudaBackend {
             let rounded = round.then(|| self.alloc(padded * q.cols * 2));
             let arrivals =
                 if splits.is_some() { self.arrival_counters(cfg.grid_dim.0 as usize * spec.num_kv_heads) } else { 0 };
-            self.submit(l.i32(split_len as i32).ptr(rounded.as_ref().map_or(0, |b| b.ptr)).ptr(arrivals));
+            let l = l.i32(split_len as i32).i32((per_block * split_len) as i32);
+            self.submit(l.ptr(rounded.as_ref().map_or(0, |b| b.ptr)).ptr(arrivals));
             if let Some(buf) = rounded {
                 self.keep_rounded(out, buf);
             }

@@ -28,10 +28,11 @@
 // The decomposition: a block takes one KV head and up to `rows_per_block` consecutive rows (the
 // longest rows' blocks first); each walk covers 64 (row, head) pairs, 16 per warp (the m16 of
 // the mma). A walk takes all of its rows' splits in order and folds them as it goes; or, given
-// `part` (decode: one row per block), block z of the grid's third dimension takes split z only
-// and writes its (acc, m, l) there, and the last of those blocks to finish folds the splits of
-// each (row, head) in order with the same arithmetic (`atm_fold_splits`): the same bits either
-// way, and no merge launch. Given `xb`, out is also written as round_bf16 makes it (the copy the
+// `part` (decode: one row per block), block z of the grid's third dimension takes walk z only
+// (`walk_len` positions, one or more whole splits) and writes each split's (acc, m, l) there,
+// starting each split afresh as a block of one split would; the last of those blocks to finish
+// folds the splits of each (row, head) in order with the same arithmetic (`atm_fold_splits`): the
+// same bits either way, and no merge launch. Given `xb`, out is also written as round_bf16 makes it (the copy the
 // o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
@@ -182,7 +183,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                                                    int num_rows, int num_heads, int num_kv_heads, int block_size,
                                                    float scale, float* __restrict__ out, int rows_per_block,
                                                    float* __restrict__ part, int num_splits, int split_len,
-                                                   unsigned short* __restrict__ xb, u32* __restrict__ arrivals) {
+                                                   int walk_len, unsigned short* __restrict__ xb,
+                                                   u32* __restrict__ arrivals) {
     using M = Mma16<ST>;
     constexpr int P = M::PIECES;
     constexpr int RS = HD * 2 + 16;  // bytes per staged row
@@ -215,9 +217,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             const int p_end = min(p0 + warps * ATM_M, num_pairs);
             int ctx_max = 0;
             for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
-            // The positions this block walks: all, or split z's.
-            const int t_begin = part ? (int)blockIdx.z * split_len : 0;
-            const int t_end = part ? min(ctx_max, t_begin + split_len) : ctx_max;
+            // The positions this block walks: all, or walk z's (`walk_len`, whole splits).
+            const int t_begin = part ? (int)blockIdx.z * walk_len : 0;
+            const int t_end = part ? min(ctx_max, t_begin + walk_len) : ctx_max;
             if (t_begin >= t_end) continue;  // block-uniform: no split z for these rows
 
             // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
@@ -364,14 +366,19 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                     for (int h = 0; h < 2; h++) {
                         if (!live[h] || ((t0 + ATT_TILE) % split_len != 0 && t0 + ATT_TILE < ctx[h])) continue;
                         if (part) {
-                            // This split's state, for attention_merge.
-                            float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + blockIdx.z) * (HD + 2);
+                            // This split's state, for the fold; the walk's next split starts afresh.
+                            float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + t0 / split_len) * (HD + 2);
 #pragma unroll
-                            for (int n = 0; n < NB; n++) *(float2*)(pr + 8 * n + 2 * t) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+                            for (int n = 0; n < NB; n++) {
+                                *(float2*)(pr + 8 * n + 2 * t) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+                                acc[n][2 * h] = acc[n][2 * h + 1] = 0.0f;
+                            }
                             if (t == 0) {
                                 pr[HD] = m_s[h];
                                 pr[HD + 1] = l_s[h];
                             }
+                            m_s[h] = NEG_INF;
+                            l_s[h] = 0.0f;
                             continue;
                         }
                         const float m = fmaxf(m_tot[h], m_s[h]);
@@ -419,10 +426,11 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
                                     float* out, int rows_per_block, float* part, int num_splits, int split_len,   \
-                                    unsigned short* xb, u32* arrivals) {                                          \
+                                    int walk_len, unsigned short* xb, u32* arrivals) {                            \
         PDL_ENTRY();                                                                                             \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
-                                   scale, out, rows_per_block, part, num_splits, split_len, xb, arrivals);        \
+                                   scale, out, rows_per_block, part, num_splits, split_len, walk_len, xb,         \
+                                   arrivals);                                                                    \
     }
 #define ATTENTION_MMA_KERNELS(HD)              \
     ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
