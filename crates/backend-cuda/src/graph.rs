@@ -93,6 +93,8 @@ pub struct Graphs {
     pub track_misses: bool,
     /// Launches per segment of a recorded step (`step::SEGMENT_OPS`; 0: one graph per step).
     pub segment_ops: usize,
+    /// Whether a step's segments ramp up to `segment_ops` (`step::segment_limit`).
+    pub ramp: bool,
 }
 
 fn count(stats: &std::sync::Mutex<GraphStats>, f: impl FnOnce(&mut GraphStats)) {

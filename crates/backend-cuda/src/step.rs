@@ -34,6 +34,22 @@ pub type GraphKey = (usize, u64, usize);
 /// receipts/bench-cuda-llama8b-attention-fold-graph-segments.txt). About seven layers of a Llama.
 pub const SEGMENT_OPS: usize = 64;
 
+/// The first segment's launches when segments ramp up (`PLUMB_CUDA_GRAPH_RAMP=1`): the GPU idles
+/// while the host records a step's first segment, so the first is short and each next one twice
+/// the last, up to the segment length, each recorded while the one before runs. Off by default
+/// until measured: more graph launches a step against less of the first segment's idle.
+pub const RAMP_FIRST: usize = 8;
+
+/// The launches that close segment `segment` of a recorded step: `segment_ops` (0: one graph per
+/// step), or with `ramp` `RAMP_FIRST` doubling per segment up to it. A fixed function of the
+/// segment's index, so equal steps cut equal segments and replay their graphs.
+pub fn segment_limit(segment_ops: usize, ramp: bool, segment: usize) -> usize {
+    if !ramp || segment_ops == 0 {
+        return segment_ops;
+    }
+    RAMP_FIRST.checked_shl(segment.min(16) as u32).unwrap_or(usize::MAX).min(segment_ops)
+}
+
 /// One queued piece of device work. Nearly every op is a kernel launch, so the launch is kept
 /// inline (a step's list is compared with a graph's, op by op) rather than boxed per launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +144,16 @@ pub fn kv_id(kv: &CudaKvCache) -> u64 {
 mod tests {
     use super::*;
     use plumb_core::LaneView;
+
+    #[test]
+    fn ramped_segments_double_from_the_first_up_to_the_segment_length() {
+        let limits: Vec<usize> = (0..6).map(|s| segment_limit(64, true, s)).collect();
+        assert_eq!(limits, [8, 16, 32, 64, 64, 64]);
+        assert_eq!(segment_limit(64, false, 0), 64);
+        assert_eq!(segment_limit(0, true, 3), 0, "one graph a step stays one");
+        assert_eq!(segment_limit(5, true, 0), 5);
+        assert_eq!(segment_limit(64, true, 1000), 64);
+    }
 
     #[test]
     fn buckets_cover_every_decode_size_up_to_the_largest() {

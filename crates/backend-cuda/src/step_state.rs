@@ -77,9 +77,10 @@ impl CudaBackend {
         let mut st = self.lock_state();
         // A launch may write the norm's output, so its rounded copy is valid only up to here.
         let stale = st.rounded.take();
-        if st.step.as_ref().is_some_and(|s| s.recording.is_some()) {
+        if let Some(segment) = st.step.as_ref().filter(|s| s.recording.is_some()).map(|s| s.segment) {
             st.recorded.push(Op::Kernel(launch));
-            if st.graphs.segment_ops > 0 && st.recorded.len() >= st.graphs.segment_ops {
+            let limit = crate::step::segment_limit(st.graphs.segment_ops, st.graphs.ramp, segment);
+            if limit > 0 && st.recorded.len() >= limit {
                 self.submit_segment(&mut st, false);
             }
             return;
@@ -120,6 +121,16 @@ impl CudaBackend {
     /// The launches per graph segment of a recorded step (0: one graph per step).
     pub fn graph_segment(&self) -> usize {
         self.lock_state().graphs.segment_ops
+    }
+
+    /// Whether a recorded step's segments ramp up to the segment length (`step::segment_limit`;
+    /// `PLUMB_CUDA_GRAPH_RAMP=1`); takes effect at the next segment.
+    pub fn set_graph_ramp(&self, on: bool) {
+        self.lock_state().graphs.ramp = on;
+    }
+
+    pub fn graph_ramp(&self) -> bool {
+        self.lock_state().graphs.ramp
     }
 
     /// Submits a recorded step (graph replay, capture, or launch by launch); the rest of the step

@@ -90,10 +90,23 @@ fn graph_replay_gives_the_eager_logits_bit_for_bit() {
     eprintln!("graph segments of 7 launches: {more:?}");
     assert!(more.num_captured >= stats.num_captured + 8, "segments should have been captured: {more:?}");
     assert!(more.num_replayed >= stats.num_replayed + 20, "segments should replay: {more:?}");
+    // Segments ramping up (8, 16, 32, then 40 launches).
+    b.set_graph_segment(40);
+    b.set_graph_ramp(true);
+    let ramped = run(&b, model.as_ref(), &prompts, &steps);
+    let after_ramp = b.graph_stats();
+    eprintln!("ramped graph segments: {after_ramp:?}");
+    assert!(after_ramp.num_replayed >= more.num_replayed + 20, "ramped segments should replay: {after_ramp:?}");
+    b.set_graph_ramp(false);
     b.set_graph_segment(0);
     let whole = run(&b, model.as_ref(), &prompts, &steps);
 
-    for (how, graphed) in [("graphs", &graphed), ("graph segments", &segmented), ("a graph per step", &whole)] {
+    for (how, graphed) in [
+        ("graphs", &graphed),
+        ("graph segments", &segmented),
+        ("ramped graph segments", &ramped),
+        ("a graph per step", &whole),
+    ] {
         assert_eq!(eager.len(), graphed.len());
         for (i, (e, g)) in eager.iter().zip(graphed).enumerate() {
             assert_eq!(e.len(), g.len(), "step {i}: logits size");

@@ -247,6 +247,7 @@ impl OpenBackend for CudaBackend {
             "linear_long_fold_chunks_from_k": self.fold_long_from(),
             "attention_split_positions": self.attention_split(),
             "graph_segment_launches": self.graph_segment(),
+            "graph_segment_ramp": self.graph_ramp(),
             "kernels": self
                 .kernel_choices()
                 .into_iter()
