@@ -13,7 +13,8 @@
 # timed run. PACK=1 ends by packing OUT_DIR into OUT_DIR.tar (the device tool returns at most
 # eight files).
 # PHASES (default "tests gemm conc tg") picks phases ("long": tg64 at depth LONG_DEPTH, default
-# 4,096); TESTS the test binaries (default
+# 4,096; "profile": the kernels matching KERNELS, default attention, event-timed in one request's
+# decode and in a 2,048-token prefill, for a change smaller than an end-to-end run's spread); TESTS the test binaries (default
 # row_invariance conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
 # concurrency levels (default 32,64) and GEN_LEN their generated tokens (default 256); ROUNDS 1 or
 # 2 (default 2). The checkpoint goes to /tmp/l8b
@@ -52,7 +53,7 @@ run_with() {
 }
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
-if has conc || has tg || has long; then
+if has conc || has tg || has long || has profile; then
     ([ -e /tmp/l8b/config.json ] || "$B/plumb" synth --arch llama-3.1-8b -t 8 /tmp/l8b >"$OUT/synth.log" 2>&1) &
     synth=$!
 fi
@@ -69,7 +70,7 @@ if has tests; then
 fi
 [ -n "${synth:-}" ] && { wait "$synth" || status=1; }
 # Every build compiles its kernels (NVRTC, about a minute the first time) before any timed run.
-if has conc || has tg || has long; then
+if has conc || has tg || has long || has profile; then
     for d in $(for s in "${SET[@]}"; do bin_of "$s"; done | sort -u); do
         timeout 200 "$d/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b --prompt-len 16 --gen-len 4 \
             --depth 0 --repetitions 1 >/dev/null 2>&1 &
@@ -100,6 +101,16 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             echo "## [$tag] pp512, tg64, depth 512 (round $round)" >>"$L"
             run_with "$s" timeout 150 "${P[@]}" --prompt-len 512 --gen-len 64 --depth 512 --repetitions 2 \
                 --receipt "$OUT/tg-$tag-$round.json" 2>&1 | grep -E "^(pp|tg)" >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+        if has profile; then
+            SECONDS=0
+            echo "## [$tag] event-timed kernels matching ${KERNELS:-attention}: one request's decode, a 2,048-token prefill (round $round)" >>"$L"
+            run_with "$s" PLUMB_CUDA_PROFILE=decode timeout 60 "${P[@]}" --prompt-len 512 --gen-len 64 --depth 0 \
+                --repetitions 1 >"$OUT/profile-decode-$tag-$round.txt" 2>&1
+            run_with "$s" PLUMB_CUDA_PROFILE=1 timeout 60 "${P[@]}" --prompt-len 2048 --gen-len 2 --depth 0 \
+                --repetitions 1 >"$OUT/profile-prefill-$tag-$round.txt" 2>&1
+            grep -hE "${KERNELS:-attention}" "$OUT/profile-decode-$tag-$round.txt" "$OUT/profile-prefill-$tag-$round.txt" >>"$L"
             echo "($SECONDS s)" >>"$L"
         fi
         if has long; then

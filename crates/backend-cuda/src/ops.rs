@@ -423,16 +423,13 @@ impl AttentionOps for CudaBackend {
             .flatten();
         let part = splits.map(|s| self.alloc(split_states_bytes(padded * num_heads, spec.head_dim, s)));
         // Splits a block walks: the tensor-core kernel's blocks may take several, the f32 kernel's one.
-        let base_blocks = padded.div_ceil(rows_per_block) * spec.num_kv_heads;
+        let row_blocks = padded.div_ceil(rows_per_block);
+        let base_blocks = row_blocks * spec.num_kv_heads;
         let max_walk = if mma { ATM_WALK.max(split_len) } else { split_len };
         let per_block =
             splits.map_or(1, |s| splits_per_block(s, base_blocks, warps, self.tma.sms, split_len, max_walk));
         let cfg = LaunchConfig {
-            grid_dim: (
-                padded.div_ceil(rows_per_block) as u32,
-                spec.num_kv_heads as u32,
-                (splits.unwrap_or(1) / per_block) as u32,
-            ),
+            grid_dim: (row_blocks as u32, spec.num_kv_heads as u32, (splits.unwrap_or(1) / per_block) as u32),
             block_dim: (warps as u32 * 32, 1, 1),
             shared_mem_bytes: smem as u32,
         };

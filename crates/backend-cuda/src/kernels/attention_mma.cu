@@ -32,8 +32,8 @@
 // (`walk_len` positions, one or more whole splits) and writes each split's (acc, m, l) there,
 // starting each split afresh as a block of one split would; the last of those blocks to finish
 // folds the splits of each (row, head) in order with the same arithmetic (`atm_fold_splits`): the
-// same bits either way, and no merge launch. Given `xb`, out is also written as round_bf16 makes it (the copy the
-// o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
+// same bits either way, and no merge launch. Given `xb`, out is also written as round_bf16 makes
+// it (the copy the o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
 // its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
