@@ -109,6 +109,7 @@ pub trait F32x16: Copy {
     fn hsum(self) -> f32;
     /// `hsum` of sixteen vectors at once: lane i of the result is `v[i].hsum()`, bit for bit
     /// (the same additions of the same pairs; only how they are laid out in registers differs).
+    #[inline(always)]
     fn hsum16(v: &[Self; 16]) -> Self {
         let mut lanes = [0f32; 16];
         for (l, x) in lanes.iter_mut().zip(v) {
@@ -119,6 +120,7 @@ pub trait F32x16: Copy {
     /// Maximum of lanes.
     fn hmax(self) -> f32;
     /// Lanes that hold integers in −128..=127, stored as bytes into `out[..16]`.
+    #[inline(always)]
     fn to_i8(self, out: &mut [i8]) {
         let mut lanes = [0f32; 16];
         self.store(&mut lanes);
@@ -137,14 +139,17 @@ pub trait F32x16: Copy {
     /// One little-endian f16 at `q[at..at + 2]`, widened exactly (hardware conversion where available).
     fn f16_scalar(q: &[u8], at: usize) -> f32;
     /// The f16 at `q[at..at + 2]` widened exactly and broadcast to every lane.
+    #[inline(always)]
     fn splat_f16(q: &[u8], at: usize) -> Self {
         Self::splat(Self::f16_scalar(q, at))
     }
     /// The f16 values at `q[0..2]` and `q[2..4]`, each widened exactly and broadcast.
+    #[inline(always)]
     fn splat_f16_pair(q: &[u8]) -> (Self, Self) {
         (Self::splat_f16(q, 0), Self::splat_f16(q, 2))
     }
     /// Lanes from the 2-bit field at bit `SHIFT` of 16 bytes, as unsigned integers.
+    #[inline(always)]
     fn from_bits2<const SHIFT: u32>(q: &[u8]) -> Self {
         let mut lanes = [0f32; 16];
         for (l, &b) in lanes.iter_mut().zip(&q[..16]) {
@@ -157,6 +162,7 @@ pub trait F32x16: Copy {
     /// Vector `2·quarter + part` holds weights `32·quarter + 16·part ..` (q is
     /// `nibble | (2 bits << 4)`; quarters 0 and 2 share low bytes, 1 and 3 the next 32, and all
     /// four take their high bits from the same `qh` bytes at shifts 0, 2, 4, 6).
+    #[inline(always)]
     fn q6_half(ql: &[u8], qh: &[u8]) -> [Self; 8] {
         let sixteen = Self::splat(16.0);
         let mut out = [Self::zero(); 8];
@@ -171,6 +177,7 @@ pub trait F32x16: Copy {
         out
     }
     /// Both nibble halves of 16 bytes: (low nibbles, high nibbles), as `from_nibbles` gives them.
+    #[inline(always)]
     fn nibbles(q: &[u8]) -> (Self, Self) {
         (Self::from_nibbles::<false>(q), Self::from_nibbles::<true>(q))
     }
@@ -178,12 +185,14 @@ pub trait F32x16: Copy {
     /// `fma(n, d_hi, m_hi)` for the high ones (Q4_1: the same pair; Q4_K: two sub-blocks'). An
     /// instruction set may look the sixteen possible values up instead of converting each
     /// nibble (the same `fma` of the same values, so the same bits).
+    #[inline(always)]
     fn nibbles_fma(q: &[u8], (d_lo, m_lo): (Self, Self), (d_hi, m_hi): (Self, Self)) -> (Self, Self) {
         let (lo, hi) = Self::nibbles(q);
         (lo.fma(d_lo, m_lo), hi.fma(d_hi, m_hi))
     }
     /// Q4_0's weights of 16 bytes of nibbles: `(n − 8) · d`, low nibbles then high (as
     /// `nibbles_fma`, possibly by a table of the sixteen values).
+    #[inline(always)]
     fn nibbles_centered(q: &[u8], d: Self) -> (Self, Self) {
         let (lo, hi) = Self::nibbles(q);
         let eight = Self::splat(8.0);

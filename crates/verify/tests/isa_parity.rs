@@ -2,6 +2,10 @@
 //! including partial tiles (output counts that are not a multiple of the tile), rows not a multiple
 //! of the micro-kernel, column counts that are not a multiple of 16, GQA attention over several
 //! blocks, and `linear_multi` against `linear`. Runs on every instruction set this CPU has.
+//! Also: every intrinsic of those kernels inlines into its `#[target_feature]` entry point.
+
+#[path = "support/elf.rs"]
+mod elf;
 
 use plumb_backend_cpu::{CpuBackend, CpuTensor, Isa};
 use plumb_core::*;
@@ -213,4 +217,38 @@ fn q8_linear_is_identical_on_every_isa_and_every_row_equals_the_row_alone() {
     b.linear(&b.upload(&x, 3, k), &w, &mut out);
     assert!(out.data[m..2 * m].iter().all(|v| v.is_nan()), "{:?}", &out.data[m..2 * m]);
     assert!(out.data[..m].iter().chain(&out.data[2 * m..]).all(|v| v.is_finite()));
+}
+
+/// A helper reached from a `#[target_feature]` kernel but compiled without its features (a trait's
+/// default method or a generic function without `#[inline(always)]`) cannot inline the
+/// intrinsics it calls: each `_mm256_*` becomes a call, the same bits four times slower (AVX2
+/// Q4_1 decode of the default model: 22.4 against 89.0 tokens/s once the `F32x16` defaults were
+/// inlined). This binary links the kernels above, compiled as in release (backend-cpu builds at
+/// opt-level 3 in tests), so its own symbol table shows any intrinsic left out of line.
+#[test]
+fn no_kernel_intrinsic_is_compiled_as_a_call() {
+    assert!(elf::is_out_of_line_intrinsic("_ZN4core9core_arch3x863avx18__mm256_cvtepi32_ps17h0123456789abcdefE"));
+    assert!(elf::is_out_of_line_intrinsic("_RNvNtNtNtCsgEmfK2I1SDS_4core9core_arch3x864avx216__mm256_and_si256"));
+    assert!(!elf::is_out_of_line_intrinsic("_ZN4core9core_arch3x866xsave7_xgetbv17h0123456789abcdefE"));
+    assert!(!elf::is_out_of_line_intrinsic("_RNvNtNtNtCsgEmfK2I1SDS_4core9core_arch3x863avx16__mm256_storeu_ps"));
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bytes = std::fs::read(&exe).expect("the test binary reads");
+    let Some(names) = elf::function_symbols(&bytes) else {
+        eprintln!("skipped: {} is not an ELF64 file with a symbol table", exe.display());
+        return;
+    };
+    // The scan proves something only where the kernels' AVX2 entry points were linked in.
+    let entries: Vec<&String> = names.iter().filter(|n| n.contains("with_avx2")).collect();
+    assert!(
+        entries.len() >= 6 && entries.iter().any(|n| n.contains("linear_part")),
+        "AVX2 entry points in {}: {entries:?}; without the linear kernel's the scan would prove little",
+        exe.display()
+    );
+    let mut calls: Vec<&String> = names.iter().filter(|n| elf::is_out_of_line_intrinsic(n)).collect();
+    calls.sort();
+    calls.dedup();
+    assert!(
+        calls.is_empty(),
+        "intrinsics compiled as calls (a helper of a #[target_feature] kernel lacks #[inline(always)]): {calls:#?}"
+    );
 }
