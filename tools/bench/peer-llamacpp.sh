@@ -9,6 +9,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 threads="${THREADS:-2}"
 reps="${REPS:-5}"
+plumb_receipt="${PLUMB_RECEIPT:-receipts/bench-cpu-smollm2.json}"
+peer_receipt="${PEER_RECEIPT:-receipts/peer-llamacpp-cpu.json}"
 
 . "$root/tools/bench/llamacpp-build.sh"
 ensure_llamacpp llama-bench llama-perplexity
@@ -17,13 +19,13 @@ cargo build --release -p plumb-cli
 plumb="$root/target/release/plumb"
 model="$("$plumb" pull | sed -n 's/.* ready at //p')"
 
-"$plumb" bench --threads "$threads" --repetitions "$reps" --receipt receipts/bench-cpu-smollm2.json
+"$plumb" bench --threads "$threads" --repetitions "$reps" --receipt "$plumb_receipt"
 peer_json="$("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -p 512 -n 128 -d 0,512 -o json 2>/dev/null)"
 
-python3 - "$peer_json" "$model" "$threads" <<'PY'
+python3 - "$peer_json" "$model" "$threads" "$peer_receipt" <<'PY'
 import json, subprocess, sys, time, hashlib, platform, os
 runs = json.loads(sys.argv[1])
-model, threads = sys.argv[2], int(sys.argv[3])
+model, threads, out = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 figures = {"threads": threads, "build_commit": runs[0].get("build_commit"), "tests": []}
 for r in runs:
     name = (f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}") + (f"_at_depth{r['n_depth']}" if r.get("n_depth") else "")
@@ -43,13 +45,13 @@ receipt = {
     "evidence_origin": "current_invocation",
     "figures": figures,
 }
-open("receipts/peer-llamacpp-cpu.json", "w").write(json.dumps(receipt, indent=2) + "\n")
+open(out, "w").write(json.dumps(receipt, indent=2) + "\n")
 PY
 
-python3 - <<'PY'
-import json
-p = json.load(open("receipts/bench-cpu-smollm2.json"))["figures"]
-q = json.load(open("receipts/peer-llamacpp-cpu.json"))["figures"]
+python3 - "$plumb_receipt" "$peer_receipt" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["figures"]
+q = json.load(open(sys.argv[2]))["figures"]
 rows = [("pp512", "pp512_tokens_per_s", "pp512_tokens_per_s"),
         ("tg128", "tg128_tokens_per_s", "tg128_tokens_per_s"),
         ("tg128 @ depth 512", "tg128_at_depth512_tokens_per_s", "tg128_at_depth512_tokens_per_s")]
