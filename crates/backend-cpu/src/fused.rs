@@ -13,22 +13,36 @@ use crate::SharedOut;
 use crate::simd::F32x16;
 use crate::weights::Fused;
 
-/// Activation rows that share one dequantized block.
+/// Activation rows that share one dequantized block: eight where a vector takes one register
+/// (AVX-512's 32 registers hold eight rows' accumulators of a column), four on AVX2, whose
+/// sixteen registers hold half as many vectors (`group_rows`).
 pub(crate) const GROUP: usize = 8;
+const GROUP_TWO_REGISTERS: usize = 4;
+
+/// The rows of a group for kernels of `S` (`pack_rows` must be given the same).
+#[inline(always)]
+pub(crate) const fn group_rows<S: F32x16>() -> usize {
+    if S::ONE_REGISTER { GROUP } else { GROUP_TWO_REGISTERS }
+}
+
+/// `group_rows` of the kernels `isa` runs.
+pub(crate) fn group_rows_of(isa: crate::simd::Isa) -> usize {
+    if isa.kind() == crate::simd::IsaKind::Avx2 { GROUP_TWO_REGISTERS } else { GROUP }
+}
 
 /// The weight block length every fused format has.
 const BLOCK: usize = 32;
 
-/// `x` [num_rows, k] regrouped for the kernel: rows in groups of `GROUP` (the last may be
-/// shorter), each group [k / 32, rows in group, 32], so one block of every row of a group is
-/// contiguous. A copy, so the values (and the results) are unchanged.
-pub(crate) fn pack_rows(x: &[f32], num_rows: usize, k: usize) -> Vec<f32> {
+/// `x` [num_rows, k] regrouped for the kernel: rows in groups of `group` (`group_rows`; the last
+/// may be shorter), each group [k / 32, rows in group, 32], so one block of every row of a group
+/// is contiguous. A copy, so the values (and the results) are unchanged.
+pub(crate) fn pack_rows(x: &[f32], num_rows: usize, k: usize, group: usize) -> Vec<f32> {
     assert!(k.is_multiple_of(BLOCK) && x.len() == num_rows * k, "pack_rows: x is not [{num_rows}, {k}] in blocks");
     let mut packed = Vec::with_capacity(x.len());
-    for r0 in (0..num_rows).step_by(GROUP) {
-        let group = &x[r0 * k..(r0 + GROUP).min(num_rows) * k];
+    for r0 in (0..num_rows).step_by(group) {
+        let rows = &x[r0 * k..(r0 + group).min(num_rows) * k];
         for blk in 0..k / BLOCK {
-            for row in group.chunks_exact(k) {
+            for row in rows.chunks_exact(k) {
                 packed.extend_from_slice(&row[blk * BLOCK..(blk + 1) * BLOCK]);
             }
         }
@@ -61,12 +75,25 @@ pub(crate) fn fused_tile<S: F32x16, F: Fused>(
 ) {
     let mut r0 = 0;
     while r0 < num_rows {
-        let r = (num_rows - r0).min(GROUP);
+        let r = (num_rows - r0).min(group_rows::<S>());
         let (xs, _) = xp[r0 * k..(r0 + r) * k].as_chunks::<BLOCK>();
         let g = Group { w, row_bytes, num_cols, next: if r0 == 0 { next } else { &[] }, r0 };
-        // A direct call per group size so each instantiation keeps its accumulators in registers;
-        // four columns up to four rows (at one row, eight columns spilled their block pointers:
-        // 10-15% slower on Q4_1, Q4_K and Q6_K), two for more.
+        // A direct call per group size so each instantiation keeps its accumulators in registers.
+        // With a register a vector: four columns up to four rows (at one row, eight columns
+        // spilled their block pointers: 10-15% slower on Q4_1, Q4_K and Q6_K), two for more.
+        // With two (AVX2): two columns up to two rows, one for more (four columns at one row, or
+        // two from four rows, spilled: the Q4_1 layers of a step at 1 / 4 / 8 rows took 10.0 /
+        // 22.1 / 37.3 ms in the shapes above against 7.6 / 11.9 / 29.4; `cargo bench --bench linear`).
+        if !S::ONE_REGISTER {
+            match r {
+                1 => columns::<S, F, 1, 2>(xs, &g, at),
+                2 => columns::<S, F, 2, 2>(xs, &g, at),
+                3 => columns::<S, F, 3, 1>(xs, &g, at),
+                _ => columns::<S, F, 4, 1>(xs, &g, at),
+            }
+            r0 += r;
+            continue;
+        }
         match r {
             1 => columns::<S, F, 1, 4>(xs, &g, at),
             2 => columns::<S, F, 2, 4>(xs, &g, at),

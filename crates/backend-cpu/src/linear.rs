@@ -66,7 +66,7 @@ pub fn linear(pool: &Pool, isa: Isa, vnni: bool, products: &mut [Product]) {
         }
         let same = (0..i).find(|&j| packed_of[j].is_some() && std::ptr::eq(products[j].x, p.x));
         packed_of.push(Some(same.and_then(|j| packed_of[j]).unwrap_or_else(|| {
-            packed.push(fused::pack_rows(p.x, p.num_rows, p.w.cols));
+            packed.push(fused::pack_rows(p.x, p.num_rows, p.w.cols, fused::group_rows_of(isa)));
             packed.len() - 1
         })));
     }
@@ -158,6 +158,14 @@ fn linear_part_kernel<S: F32x16>(part: &Part, m_start: usize, m_end: usize, out:
             while r0 < rb_end {
                 let r = (rb_end - r0).min(4);
                 match (r, c) {
+                    (4, 8) if !S::ONE_REGISTER => {
+                        for half in 0..2 {
+                            micro::<S, 2, 2>(x, r0 + 2 * half, &tile, 0, k, &out, m, m0);
+                            micro::<S, 2, 2>(x, r0 + 2 * half, &tile, 2, k, &out, m, m0);
+                            micro::<S, 2, 2>(x, r0 + 2 * half, &tile, 4, k, &out, m, m0);
+                            micro::<S, 2, 2>(x, r0 + 2 * half, &tile, 6, k, &out, m, m0);
+                        }
+                    }
                     (4, 8) => {
                         micro::<S, 4, 4>(x, r0, &tile, 0, k, &out, m, m0);
                         micro::<S, 4, 4>(x, r0, &tile, 4, k, &out, m, m0);

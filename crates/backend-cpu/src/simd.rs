@@ -87,6 +87,11 @@ impl Isa {
 /// Sixteen f32 lanes. Every method is `#[inline(always)]` in its implementations so a kernel
 /// instantiated inside a `#[target_feature]` entry point compiles to straight vector code.
 pub trait F32x16: Copy {
+    /// Whether a value fills one architectural register (AVX-512, and the scalar code's
+    /// emulation) rather than two (AVX2, whose sixteen ymm registers hold eight values): kernels
+    /// pick tile shapes whose accumulators stay in registers. Shapes never change an element's
+    /// arithmetic, so the bits do not depend on it.
+    const ONE_REGISTER: bool;
     fn zero() -> Self;
     fn splat(x: f32) -> Self;
     /// Loads `s[..16]`.

@@ -67,6 +67,7 @@ macro_rules! lanewise {
 }
 
 impl F32x16 for Avx2 {
+    const ONE_REGISTER: bool = false;
     #[inline(always)]
     fn zero() -> Self {
         // SAFETY: see the module note.

@@ -55,6 +55,7 @@ fn broadcast_lane<const L: i32>(v: __m128) -> __m512 {
 }
 
 impl F32x16 for Avx512 {
+    const ONE_REGISTER: bool = true;
     #[inline(always)]
     fn zero() -> Self {
         // SAFETY: see the module note.

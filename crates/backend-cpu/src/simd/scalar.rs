@@ -14,6 +14,7 @@ impl Scalar {
 }
 
 impl F32x16 for Scalar {
+    const ONE_REGISTER: bool = true;
     #[inline(always)]
     fn zero() -> Self {
         Scalar([0.0; 16])
