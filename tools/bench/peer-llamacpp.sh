@@ -11,6 +11,7 @@ threads="${THREADS:-2}"
 reps="${REPS:-5}"
 plumb_receipt="${PLUMB_RECEIPT:-receipts/bench-cpu-smollm2.json}"
 peer_receipt="${PEER_RECEIPT:-receipts/peer-llamacpp-cpu.json}"
+act_dtype="${ACT_DTYPE:-}"
 
 . "$root/tools/bench/llamacpp-build.sh"
 ensure_llamacpp llama-bench llama-perplexity
@@ -19,7 +20,7 @@ cargo build --release -p plumb-cli
 plumb="$root/target/release/plumb"
 model="$("$plumb" pull | sed -n 's/.* ready at //p')"
 
-"$plumb" bench --threads "$threads" --repetitions "$reps" --receipt "$plumb_receipt"
+"$plumb" bench --threads "$threads" --repetitions "$reps" ${act_dtype:+--act-dtype "$act_dtype"} --receipt "$plumb_receipt"
 peer_json="$("$bin/llama-bench" -m "$model" -t "$threads" -r "$reps" -p 512 -n 128 -d 0,512 -o json 2>/dev/null)"
 
 python3 - "$peer_json" "$model" "$threads" "$peer_receipt" <<'PY'

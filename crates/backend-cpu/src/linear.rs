@@ -95,7 +95,7 @@ pub fn linear(pool: &Pool, isa: Isa, vnni: bool, products: &mut [Product]) {
                     // m_start..m_end of every row; the kernels borrow only those elements (see
                     // `SharedOut::part`).
                     if let (Some(j), Some(w8)) = (q8_of[i], &p.w.q8) {
-                        q8::part(vnni, &q8_rows[j], p.num_rows, w8, p.w.rows, (m_start, m_end), shared[i]);
+                        q8::part(vnni, isa, &q8_rows[j], p.num_rows, w8, p.w.rows, (m_start, m_end), shared[i]);
                     } else {
                         let packed = packed_of[i].map_or(&[][..], |j| &packed[j]);
                         let part = Part { x: p.x, packed, num_rows: p.num_rows, w: p.w };

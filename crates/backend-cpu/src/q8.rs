@@ -1,7 +1,8 @@
 //! `linear` at the declared precision Q8 (`--act-dtype q8`): each input row is cut into blocks of
 //! 32 int8 codes with an f32 scale (`plumb_core::q8`), each weight into blocks of unsigned codes
 //! with an f32 scale and min (w = d·(u − offset) + m), and every block pair meets in an exact
-//! integer dot product — VNNI's `vpdpbusd` on CPUs that have it, a portable loop elsewhere.
+//! integer dot product — VNNI's `vpdpbusd` on CPUs that have it, AVX2's `vpmaddubsw` and
+//! `vpmaddwd` on the others of x86-64 (`simd/q8_avx2.rs`), a portable loop elsewhere.
 //!
 //! Layout: a row's blocks form groups of 16 (the last group: the next power of two that holds
 //! the rest, padded with zero blocks). Lane L of a group's 16 i32 lanes belongs to block L mod G
@@ -108,9 +109,12 @@ pub(crate) fn place(g: usize, block_len: usize, s: usize, lane: usize, j: usize)
 }
 
 /// Columns `m_start..m_end` of every row of `out` [num_rows, m] = x · wᵀ on the Q8 path, with the
-/// VNNI kernel when `vnni` holds, else portable code (the same bits).
+/// VNNI kernel when `vnni` holds, else the AVX2 one where `isa` has AVX2, else portable code (the
+/// same bits).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn part(
     vnni: bool,
+    isa: crate::simd::Isa,
     x: &Q8Rows,
     num_rows: usize,
     w: &Q8Weight,
@@ -123,7 +127,12 @@ pub(crate) fn part(
         // SAFETY: `vnni` is true only where the backend saw avx512f/bw/vl/dq and avx512vnni.
         return unsafe { crate::simd::vnni::q8_part(x, num_rows, w, m, cols, out) };
     }
-    let _ = vnni;
+    #[cfg(target_arch = "x86_64")]
+    if isa.kind() != crate::simd::IsaKind::Scalar {
+        // SAFETY: an AVX2 or AVX-512 `Isa` exists only where `Isa::cpu_has` saw avx2, fma and f16c.
+        return unsafe { crate::simd::q8_avx2::q8_part(x, num_rows, w, m, cols, out) };
+    }
+    let _ = (vnni, isa);
     for r in 0..num_rows {
         for c in cols.0..cols.1 {
             let dot = dot_portable(x, r, w, c);

@@ -7,6 +7,8 @@
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod q8_avx2;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;

@@ -7,7 +7,7 @@ use super::F32x16;
 use std::arch::x86_64::*;
 
 #[derive(Clone, Copy, Debug)]
-pub struct Avx2(__m256, __m256);
+pub struct Avx2(pub(crate) __m256, pub(crate) __m256);
 
 // Helpers are `#[inline(always)]` functions rather than closures: a closure is compiled without
 // its caller's target features, so the intrinsics inside it would not inline.
