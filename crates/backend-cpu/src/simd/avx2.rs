@@ -32,6 +32,33 @@ fn nibbles_half<const HIGH: bool>(q: &[u8]) -> __m256 {
     }
 }
 
+/// Eight lanes of each quarter of a Q6_K half super-block, from byte `at` of its low-nibble and
+/// high-bit bytes: low nibble | (two high bits << 4), as f32.
+#[inline(always)]
+fn q6_quarters(ql: &[u8], qh: &[u8], at: usize) -> [__m256; 4] {
+    let (l, l2, h) = (widen8(&ql[at..]), widen8(&ql[32 + at..]), widen8(&qh[at..]));
+    // SAFETY: see the module note.
+    unsafe {
+        let (nib, top) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x30));
+        // Not `.map` with a closure: a closure would not get the kernel's target features.
+        [
+            _mm256_cvtepi32_ps(_mm256_or_si256(
+                _mm256_and_si256(l, nib),
+                _mm256_and_si256(_mm256_slli_epi32::<4>(h), top),
+            )),
+            _mm256_cvtepi32_ps(_mm256_or_si256(
+                _mm256_and_si256(l2, nib),
+                _mm256_and_si256(_mm256_slli_epi32::<2>(h), top),
+            )),
+            _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32::<4>(l), _mm256_and_si256(h, top))),
+            _mm256_cvtepi32_ps(_mm256_or_si256(
+                _mm256_srli_epi32::<4>(l2),
+                _mm256_and_si256(_mm256_srli_epi32::<2>(h), top),
+            )),
+        ]
+    }
+}
+
 /// Bytes `q[..8]` as eight u32 lanes.
 #[inline(always)]
 fn widen8(q: &[u8]) -> __m256i {
@@ -164,33 +191,14 @@ impl F32x16 for Avx2 {
     #[inline(always)]
     fn q6_half(ql: &[u8], qh: &[u8]) -> [Self; 8] {
         assert!(ql.len() >= 64 && qh.len() >= 32);
-        // SAFETY: 64 and 32 readable bytes checked above (each load below takes 8 of them); see
-        // the module note.
-        unsafe {
-            let (nib, top) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x30));
-            let mut halves = [[_mm256_setzero_ps(); 2]; 8];
-            for part in 0..2 {
-                for half in 0..2 {
-                    let at = 16 * part + 8 * half;
-                    let (l, l2, h) = (widen8(&ql[at..]), widen8(&ql[32 + at..]), widen8(&qh[at..]));
-                    // value = low nibble | (2 high bits << 4), quarter by quarter.
-                    let v = [
-                        _mm256_or_si256(_mm256_and_si256(l, nib), _mm256_and_si256(_mm256_slli_epi32::<4>(h), top)),
-                        _mm256_or_si256(_mm256_and_si256(l2, nib), _mm256_and_si256(_mm256_slli_epi32::<2>(h), top)),
-                        _mm256_or_si256(_mm256_srli_epi32::<4>(l), _mm256_and_si256(h, top)),
-                        _mm256_or_si256(_mm256_srli_epi32::<4>(l2), _mm256_and_si256(_mm256_srli_epi32::<2>(h), top)),
-                    ];
-                    for (quarter, v) in v.into_iter().enumerate() {
-                        halves[2 * quarter + part][half] = _mm256_cvtepi32_ps(v);
-                    }
-                }
+        let mut out = [Self::zero(); 8];
+        for part in 0..2 {
+            let (lo, hi) = (q6_quarters(ql, qh, 16 * part), q6_quarters(ql, qh, 16 * part + 8));
+            for (quarter, (l, h)) in lo.into_iter().zip(hi).enumerate() {
+                out[2 * quarter + part] = Avx2(l, h);
             }
-            let mut out = [Avx2(_mm256_setzero_ps(), _mm256_setzero_ps()); 8];
-            for (o, [lo, hi]) in out.iter_mut().zip(halves) {
-                *o = Avx2(lo, hi);
-            }
-            out
         }
+        out
     }
     /// As the default (exact small integers), without its per-lane scalar loop.
     #[inline(always)]
