@@ -160,7 +160,8 @@ impl CpuBackend {
         CpuBackend { q8_inputs: on, ..self }
     }
 
-    /// Whether the Q8 path runs on VNNI instructions (else portable code with the same bits).
+    /// Whether the Q8 path runs on VNNI instructions (else AVX2's, or portable code on a CPU
+    /// without AVX2, with the same bits).
     pub fn q8_on_vnni(&self) -> bool {
         self.vnni
     }
@@ -208,10 +209,11 @@ impl Backend for CpuBackend {
     fn name(&self) -> String {
         let n = self.pool.num_threads();
         let kv = if self.kv_store == KvStore::F32 { String::new() } else { format!(", {} KV", self.kv_store.name()) };
-        let act = match (self.q8_inputs, self.vnni) {
-            (false, _) => "",
-            (true, true) => ", q8 activations on VNNI",
-            (true, false) => ", q8 activations",
+        let act = match (self.q8_inputs, self.vnni, self.isa.kind()) {
+            (false, ..) => "",
+            (true, true, _) => ", q8 activations on VNNI",
+            (true, false, IsaKind::Scalar) => ", q8 activations",
+            (true, false, _) => ", q8 activations on AVX2",
         };
         format!("cpu ({:?}, {n} thread{}{kv}{act})", self.isa, if n == 1 { "" } else { "s" })
     }

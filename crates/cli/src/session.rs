@@ -55,7 +55,7 @@ pub struct ModelArgs {
     /// The element type linear layers take their activations in, on the CPU: `f32` (default) or
     /// `q8` (blocks of 32 int8 values with an f32 scale, as llama.cpp's Q8 activations, for
     /// weights in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K: integer dot products, on VNNI
-    /// where the CPU has it). A declared precision: `plumb check` gates the backend at it.
+    /// where the CPU has it, else AVX2). A declared precision: `plumb check` gates the backend at it.
     #[arg(long, value_name = "TYPE", value_parser = parse_act_dtype)]
     pub act_dtype: Option<LinearInputs>,
 }
