@@ -231,16 +231,30 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 head[h] = kv_head * group + p % group;
                 ctx[h] = p < p_end ? (int)meta[row[h]] + 1 : 0;
             }
-            // q's pieces into this warp's shared rows (zeros for pairs past the walk).
-            for (int i = lane; i < ATM_M * HD / 2; i += 32) {
-                const int m = i / (HD / 2), d = 2 * (i % (HD / 2));
-                const int p = p0 + ATM_M * warp + m;
-                float2 x = make_float2(0.0f, 0.0f);
-                if (p < p_end) x = *(const float2*)(q + ((u64)(r0 + p / group) * num_heads + kv_head * group + p % group) * HD + d);
-                u32 w[P];
-                split_pair<ST>(x.x, x.y, w);
+            // q's pieces into this warp's shared rows (zeros for pairs past the walk). A lane's loads
+            // go out Q_BATCH at a time before any is used: one wait on L2 a batch, not one a load
+            // (q was just written by the launch before).
+            constexpr int Q_LOADS = ATM_M * HD / 2 / 32, Q_BATCH = 8;
+            static_assert(Q_LOADS % Q_BATCH == 0, "q's loads come in whole batches");
+#pragma unroll 1
+            for (int k0 = 0; k0 < Q_LOADS; k0 += Q_BATCH) {
+                float2 x[Q_BATCH];
 #pragma unroll
-                for (int c = 0; c < P; c++) *(u32*)(qs + (c * ATM_M + m) * RS + 2 * d) = w[c];
+                for (int b = 0; b < Q_BATCH; b++) {
+                    const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
+                    const int p = p0 + ATM_M * warp + m;
+                    x[b] = make_float2(0.0f, 0.0f);
+                    if (p < p_end)
+                        x[b] = *(const float2*)(q + ((u64)(r0 + p / group) * num_heads + kv_head * group + p % group) * HD + d);
+                }
+#pragma unroll
+                for (int b = 0; b < Q_BATCH; b++) {
+                    const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
+                    u32 w[P];
+                    split_pair<ST>(x[b].x, x[b].y, w);
+#pragma unroll
+                    for (int c = 0; c < P; c++) *(u32*)(qs + (c * ATM_M + m) * RS + 2 * d) = w[c];
+                }
             }
             // Whether any of this warp's tile rows 8..15 holds a pair: a decode row's GQA group of up
             // to 8 heads leaves them empty, and their element work is skipped (a warp-uniform branch;
