@@ -81,9 +81,10 @@ pub(crate) fn fused_tile<S: F32x16, F: Fused>(
         // A direct call per group size so each instantiation keeps its accumulators in registers.
         // With a register a vector: four columns up to four rows (at one row, eight columns
         // spilled their block pointers: 10-15% slower on Q4_1, Q4_K and Q6_K), two for more.
-        // With two (AVX2): two columns up to two rows, one for more (four columns at one row, or
-        // two from four rows, spilled: the Q4_1 layers of a step at 1 / 4 / 8 rows took 10.0 /
-        // 22.1 / 37.3 ms in the shapes above against 7.6 / 11.9 / 29.4; `cargo bench --bench linear`).
+        // With two (AVX2): groups of four rows, two columns up to two rows, one for more (four
+        // columns at one row, or two from four rows, spilled: the Q4_1 layers of a step at 1 / 4 /
+        // 8 rows took 10.0 / 22.1 / 37.3 ms in the shapes above against 7.6 / 11.9 / 22.1, eight
+        // rows as two groups; `cargo bench --bench linear`).
         if !S::ONE_REGISTER {
             match r {
                 1 => columns::<S, F, 1, 2>(xs, &g, at),
