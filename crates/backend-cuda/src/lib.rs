@@ -286,7 +286,7 @@ impl CudaBackend {
                 graphs.track_misses = step_times.is_some();
                 graphs.segment_ops =
                     number_setting("PLUMB_CUDA_GRAPH_SEGMENT", step::SEGMENT_OPS, "launches per graph (0: a step)")?;
-                graphs.ramp = std::env::var("PLUMB_CUDA_GRAPH_RAMP").is_ok_and(|v| v == "1");
+                graphs.ramp = std::env::var("PLUMB_CUDA_GRAPH_RAMP").ok().is_none_or(|v| v != "0");
                 step_state::State { profile: profiler, step_times, graphs, ..Default::default() }
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),

@@ -34,10 +34,14 @@ pub type GraphKey = (usize, u64, usize);
 /// receipts/bench-cuda-llama8b-attention-fold-graph-segments.txt). About seven layers of a Llama.
 pub const SEGMENT_OPS: usize = 64;
 
-/// The first segment's launches when segments ramp up (`PLUMB_CUDA_GRAPH_RAMP=1`): the GPU idles
-/// while the host records a step's first segment, so the first is short and each next one twice
-/// the last, up to the segment length, each recorded while the one before runs. Off by default
-/// until measured: more graph launches a step against less of the first segment's idle.
+/// The first segment's launches when segments ramp up (the default; `PLUMB_CUDA_GRAPH_RAMP=0`
+/// cuts every segment at the segment length): the GPU idles while the host records a step's first
+/// segment, so the first is short and each next one twice the last, up to the segment length, each
+/// recorded while the one before runs. More graph launches a step against less of the first
+/// segment's idle; on the H200 it won every run of one call, alternating with it off: the default
+/// model's tg128 843–848 against 766–824 tokens/s (three rounds), the 8B's tg64 207.1 / 207.9
+/// against 204.9 / 204.0 and 64 requests 6,954 / 7,038 against 6,868 / 6,912 steady
+/// (receipts/bench-cuda-graph-ramp-session13.txt).
 pub const RAMP_FIRST: usize = 8;
 
 /// The launches that close segment `segment` of a recorded step: `segment_ops` (0: one graph per

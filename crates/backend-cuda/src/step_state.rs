@@ -124,7 +124,7 @@ impl CudaBackend {
     }
 
     /// Whether a recorded step's segments ramp up to the segment length (`step::segment_limit`;
-    /// `PLUMB_CUDA_GRAPH_RAMP=1`); takes effect at the next segment.
+    /// on unless `PLUMB_CUDA_GRAPH_RAMP=0`); takes effect at the next segment.
     pub fn set_graph_ramp(&self, on: bool) {
         self.lock_state().graphs.ramp = on;
     }
