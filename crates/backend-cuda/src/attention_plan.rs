@@ -33,9 +33,8 @@ pub(crate) const ATT_SPLIT: usize = 64;
 /// it over blocks (`attention`): the tensor-core kernel keeps two 4-warp blocks resident per SM.
 const ATTENTION_FILL_BLOCKS_PER_SM: usize = 2;
 /// The same for one-warp decode blocks (`attention`), of which four or five fit an SM (44–49 KB
-/// of shared memory each at 128-dim heads); `PLUMB_CUDA_ATT_WARP_FILL` overrides it, for measuring
-/// (`CudaBackend::att_warp_fill`).
-pub(crate) const ATTENTION_FILL_WARP_BLOCKS_PER_SM: usize = 3;
+/// of shared memory each at 128-dim heads).
+const ATTENTION_FILL_WARP_BLOCKS_PER_SM: usize = 3;
 
 /// The tensor-core attention's split length from `PLUMB_CUDA_ATM_SPLIT` (a positive multiple of
 /// 64 positions), else `ATM_SPLIT`. Part of the canonical form: it is read once, when the backend
@@ -81,17 +80,15 @@ pub(crate) fn attention_blocks(
     group: usize,
     blocks: usize,
     sms: usize,
-    warp_fill: usize,
 ) -> (usize, bool) {
     let decode = rows_per_block == 1;
     let warps = if one_warp && decode && group <= 16 && blocks >= sms { 1 } else { ATT_WARPS };
-    (warps, decode && blocks < fill_blocks(warps, sms, warp_fill))
+    (warps, decode && blocks < fill_blocks(warps, sms))
 }
 
-/// Blocks of `warps` warps that keep `sms` SMs filled (`ATTENTION_FILL_BLOCKS_PER_SM`, or
-/// `warp_fill` one-warp blocks an SM).
-fn fill_blocks(warps: usize, sms: usize, warp_fill: usize) -> usize {
-    sms * if warps == 1 { warp_fill } else { ATTENTION_FILL_BLOCKS_PER_SM }
+/// Blocks of `warps` warps that keep `sms` SMs filled (`ATTENTION_FILL_*`).
+fn fill_blocks(warps: usize, sms: usize) -> usize {
+    sms * if warps == 1 { ATTENTION_FILL_WARP_BLOCKS_PER_SM } else { ATTENTION_FILL_BLOCKS_PER_SM }
 }
 
 /// The most positions one block of a split decode launch walks: the layout measured best from 8
@@ -112,10 +109,9 @@ pub(crate) fn splits_per_block(
     sms: usize,
     split_len: usize,
     max_walk: usize,
-    warp_fill: usize,
 ) -> usize {
     let most = (max_walk / split_len).clamp(1, states.max(1));
-    let fill = fill_blocks(warps, sms, warp_fill);
+    let fill = fill_blocks(warps, sms);
     let mut k = 1;
     while 2 * k <= most && base_blocks * states.div_ceil(k) > fill {
         k *= 2;
@@ -158,17 +154,17 @@ mod tests {
         use super::attention_blocks;
         // The 8B's 8 KV heads on an H200's 132 SMs: (warps, may split).
         let sms = 132;
-        assert_eq!(attention_blocks(true, 1, 4, 8, sms, 3), (4, true)); // one request
-        assert_eq!(attention_blocks(true, 1, 4, 8 * 8, sms, 3), (4, true));
-        assert_eq!(attention_blocks(true, 1, 4, 32 * 8, sms, 3), (1, true)); // 256 < 3 × 132
-        assert_eq!(attention_blocks(true, 1, 4, 64 * 8, sms, 3), (1, false));
+        assert_eq!(attention_blocks(true, 1, 4, 8, sms), (4, true)); // one request
+        assert_eq!(attention_blocks(true, 1, 4, 8 * 8, sms), (4, true));
+        assert_eq!(attention_blocks(true, 1, 4, 32 * 8, sms), (1, true)); // 256 < 3 × 132
+        assert_eq!(attention_blocks(true, 1, 4, 64 * 8, sms), (1, false));
         // Off, or a group wider than one m16 tile: 4-warp blocks, split below 2 × 132.
-        assert_eq!(attention_blocks(false, 1, 4, 32 * 8, sms, 3), (4, true));
-        assert_eq!(attention_blocks(false, 1, 4, 64 * 8, sms, 3), (4, false));
-        assert_eq!(attention_blocks(true, 1, 18, 64 * 8, sms, 3), (4, false));
+        assert_eq!(attention_blocks(false, 1, 4, 32 * 8, sms), (4, true));
+        assert_eq!(attention_blocks(false, 1, 4, 64 * 8, sms), (4, false));
+        assert_eq!(attention_blocks(true, 1, 18, 64 * 8, sms), (4, false));
         // Prefill chunks (several rows a block) never split and keep 4 warps.
-        assert_eq!(attention_blocks(true, 16, 4, 4096, sms, 3), (4, false));
-        assert_eq!(attention_blocks(true, 16, 4, 8, sms, 3), (4, false));
+        assert_eq!(attention_blocks(true, 16, 4, 4096, sms), (4, false));
+        assert_eq!(attention_blocks(true, 16, 4, 8, sms), (4, false));
     }
 
     #[test]
@@ -205,18 +201,18 @@ mod tests {
         let sms = 132;
         // One request of the 8B (8 KV heads) at ~600 positions, splits of 64: 16 states, each
         // its own block (128 four-warp blocks).
-        assert_eq!(splits_per_block(16, 8, 4, sms, 64, 256, 3), 1);
+        assert_eq!(splits_per_block(16, 8, 4, sms, 64, 256), 1);
         // Eight requests: 64 base blocks take four splits each (256 blocks, the 256-position walk).
-        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 256, 3), 4);
+        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 256), 4);
         // Four requests: two splits a block (256 blocks).
-        assert_eq!(splits_per_block(16, 32, 4, sms, 64, 256, 3), 2);
+        assert_eq!(splits_per_block(16, 32, 4, sms, 64, 256), 2);
         // 32 requests on one-warp blocks: the longest walk (1,024 blocks), as before splits and
         // walks were apart.
-        assert_eq!(splits_per_block(16, 256, 1, sms, 64, 256, 3), 4);
+        assert_eq!(splits_per_block(16, 256, 1, sms, 64, 256), 4);
         // Splits as long as the walk, or the f32 kernel's one split a block: one.
-        assert_eq!(splits_per_block(4, 64, 4, sms, 256, 256, 3), 1);
-        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 64, 3), 1);
+        assert_eq!(splits_per_block(4, 64, 4, sms, 256, 256), 1);
+        assert_eq!(splits_per_block(16, 64, 4, sms, 64, 64), 1);
         // Never more splits a block than a row has.
-        assert_eq!(splits_per_block(2, 512, 4, sms, 64, 256, 3), 2);
+        assert_eq!(splits_per_block(2, 512, 4, sms, 64, 256), 2);
     }
 }

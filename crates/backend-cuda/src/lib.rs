@@ -156,10 +156,6 @@ pub struct CudaBackend {
     /// (`attention_plan::attention_blocks`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same
     /// bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
-    /// One-warp decode blocks an SM below which decode rows split their context over blocks
-    /// (`attention_plan::ATTENTION_FILL_WARP_BLOCKS_PER_SM`, or `PLUMB_CUDA_ATT_WARP_FILL`, for
-    /// measuring; the same bits either way).
-    pub(crate) att_warp_fill: usize,
     /// Blocks of a `linear_split` launch past which its blocks take more features
     /// (`ops_linear::split_features`; `PLUMB_CUDA_SPLIT_WIDE_FROM`, for measuring).
     pub(crate) split_wide_from: usize,
@@ -275,11 +271,6 @@ impl CudaBackend {
             ops_linear::FOLD_LONG_FROM,
             "a K in elements (a large one: chunks of 256 everywhere)",
         )?;
-        let att_warp_fill = number_setting(
-            "PLUMB_CUDA_ATT_WARP_FILL",
-            attention_plan::ATTENTION_FILL_WARP_BLOCKS_PER_SM,
-            "one-warp attention blocks an SM",
-        )?;
         let split_wide_from =
             number_setting("PLUMB_CUDA_SPLIT_WIDE_FROM", ops_linear::SPLIT_WIDE_FROM, "a number of blocks")?;
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
@@ -318,7 +309,6 @@ impl CudaBackend {
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
-            att_warp_fill,
             split_wide_from,
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
@@ -435,12 +425,6 @@ impl CudaBackend {
     /// Positions per split of the tensor-core attention's canonical form (bits follow it).
     pub fn attention_split(&self) -> usize {
         self.atm_split
-    }
-
-    /// One-warp attention blocks an SM below which decode rows split their context (a free
-    /// choice: the same bits), for receipts.
-    pub fn attention_warp_fill(&self) -> usize {
-        self.att_warp_fill
     }
 
     /// How recorded steps ran so far: captured, replayed, or launch by launch.

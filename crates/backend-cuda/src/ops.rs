@@ -407,7 +407,6 @@ impl AttentionOps for CudaBackend {
             group,
             padded * spec.num_kv_heads,
             self.tma.sms,
-            self.att_warp_fill,
         );
         let (name, smem) = if mma {
             (
@@ -427,9 +426,8 @@ impl AttentionOps for CudaBackend {
         let row_blocks = padded.div_ceil(rows_per_block);
         let base_blocks = row_blocks * spec.num_kv_heads;
         let max_walk = if mma { ATM_WALK.max(split_len) } else { split_len };
-        let per_block = splits.map_or(1, |s| {
-            splits_per_block(s, base_blocks, warps, self.tma.sms, split_len, max_walk, self.att_warp_fill)
-        });
+        let per_block =
+            splits.map_or(1, |s| splits_per_block(s, base_blocks, warps, self.tma.sms, split_len, max_walk));
         let cfg = LaunchConfig {
             grid_dim: (row_blocks as u32, spec.num_kv_heads as u32, (splits.unwrap_or(1) / per_block) as u32),
             block_dim: (warps as u32 * 32, 1, 1),

@@ -246,7 +246,6 @@ impl OpenBackend for CudaBackend {
             "kv_store": plumb_core::Backend::kv_store(self).name(),
             "linear_long_fold_chunks_from_k": self.fold_long_from(),
             "attention_split_positions": self.attention_split(),
-            "attention_warp_fill_blocks_per_sm": self.attention_warp_fill(),
             "graph_segment_launches": self.graph_segment(),
             "graph_segment_ramp": self.graph_ramp(),
             "kernels": self

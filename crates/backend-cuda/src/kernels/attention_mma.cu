@@ -37,10 +37,8 @@
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
 // barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
 // its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
-// tile, on many blocks: `attention_plan.rs`): it keeps one tile buffer, so four or five blocks fit an
-// SM, and stages K and V as two copies: the next tile's K once this tile's scores are taken (it
-// lands during the softmax and the weighted sum), its V once this tile's V is used (it lands during
-// the next scores).
+// tile, on many blocks: `attention_plan.rs`): it keeps one tile buffer, copying the next tile
+// after this one's work, so four or five blocks fit an SM and overlap each other's copies instead.
 
 #define ATM_WARPS 4
 #define ATM_M 16
@@ -114,30 +112,6 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
         const u64 at = (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2 + 16 * c;
         cp_async16(kdst + j * rs + 16 * c, k_cache + at, true);
         cp_async16(vdst + j * rs + 16 * c, v_cache + at, true);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// One cache tile (K or V: `cache`) of positions t0..t0+63 (clamped to `last`) into shared rows of
-// `rs` bytes, for a one-warp block, as one cp.async group: lane l copies 16-byte pieces l, l + 32,
-// ... with the stride known, a few positions' slots read ahead of their copies. A one-warp block
-// stages K and V apart, so the next tile's K copies while this tile's V is used, and its V while
-// the next K is (`attention_mma_body`). Only where bytes land: no arithmetic of the form.
-template <int HD>
-__device__ __forceinline__ void atm_stage_warp(u8* dst, int rs, const u8* __restrict__ cache, u64 row_stride, u64 base,
-                                               const u32* __restrict__ table, int block_size, int t0, int last) {
-    constexpr int PIECES = HD * 2 / 16, ITERS = ATT_TILE * PIECES / 32;
-    static_assert(ATT_TILE * PIECES % 32 == 0, "whole rounds of a warp's pieces");
-    const bool pow2 = (block_size & (block_size - 1)) == 0;
-    const int shift = __ffs(block_size) - 1, lane = threadIdx.x % 32;
-#pragma unroll 4
-    for (int it = 0; it < ITERS; it++) {
-        const int i = lane + 32 * it, j = i / PIECES, c = i % PIECES;
-        const int pos = min(t0 + j, last);
-        const int blk = pow2 ? pos >> shift : pos / block_size;
-        const int off = pow2 ? pos & (block_size - 1) : pos - blk * block_size;
-        const u64 at = (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2 + 16 * c;
-        cp_async16(dst + j * rs + 16 * c, cache + at, true);
     }
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -294,25 +268,13 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
-            if (bufs == 1) {
-                atm_stage_warp<HD>(kv_tiles, RS, k_cache, stride, base, table, block_size, t_begin, ctx_max - 1);
-                atm_stage_warp<HD>(kv_tiles + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size, t_begin,
-                                   ctx_max - 1);
-            } else {
-                atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
-                                 block_size, t_begin, ctx_max - 1);
-            }
+            atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
+                             t_begin, ctx_max - 1);
             for (int t0 = t_begin, it = 0; t0 < t_end; t0 += ATT_TILE, it++) {
-                // With two buffers: this tile's K and V are in, and every warp is done with the last
-                // tile, so the other buffer takes the next one, whose copy overlaps all of this
-                // tile's work. With one (a one-warp block): this tile's K is in, its V may still be
-                // on the way (its group is the later one), and the next tile's K and V each copy
-                // while the other is used (below). Either way q's pieces are in.
-                if (bufs == 1) {
-                    asm volatile("cp.async.wait_group 1;\n" ::);
-                } else {
-                    asm volatile("cp.async.wait_group 0;\n" ::);
-                }
+                asm volatile("cp.async.wait_group 0;\n" ::);
+                // This tile's K and V (and q's pieces) are in; every warp is done with the last tile,
+                // so with two buffers the other takes the next one, whose copy overlaps all of this
+                // tile's work (with one, the copy follows the work, below).
                 __syncthreads();
                 const u8* ks = kv_tiles + (bufs == 2 ? it & 1 : 0) * 2 * ATT_TILE * RS;
                 const u8* vs = ks + ATT_TILE * RS;
@@ -344,14 +306,6 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                             }
                         }
                     }
-                }
-                const bool next_tile = t0 + ATT_TILE < t_end;
-                if (bufs == 1 && next_tile) {
-                    __syncthreads();  // K is read: the next tile's K copies during this tile's softmax and PV
-                    atm_stage_warp<HD>(kv_tiles, RS, k_cache, stride, base, table, block_size, t0 + ATT_TILE,
-                                       ctx_max - 1);
-                }
-                if (warp_live) {
                     // Scores (positions past a row's p drop out), the tile max and the new running max.
                     // Each half h of the thread's elements on its own, in the same order (j, then
                     // position), so each sum adds its 16 e exactly as before; rows 8..15 when `upper`.
@@ -388,15 +342,6 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                             for (int cc = 0; cc < 2; cc++) acc[n][2 * h + cc] = __fmul_rn(acc[n][2 * h + cc], alpha[h]);
                     }
-                }
-                if (bufs == 1) {
-                    // This tile's V is in (the next K, when there is one, may still be on the way).
-                    if (next_tile) {
-                        asm volatile("cp.async.wait_group 1;\n" ::);
-                    } else {
-                        asm volatile("cp.async.wait_group 0;\n" ::);
-                    }
-                    __syncthreads();
                 }
                 if (warp_live) {
 #pragma unroll
@@ -465,10 +410,10 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                         l_s[h] = 0.0f;
                     }
                 }
-                if (bufs == 1 && next_tile) {
-                    __syncthreads();  // V is read: the next tile's V copies during its K's scores
-                    atm_stage_warp<HD>(kv_tiles + ATT_TILE * RS, RS, v_cache, stride, base, table, block_size,
-                                       t0 + ATT_TILE, ctx_max - 1);
+                if (bufs == 1 && t0 + ATT_TILE < t_end) {
+                    __syncthreads();  // the one buffer is read; the next tile takes it
+                    atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
+                                     block_size, t0 + ATT_TILE, ctx_max - 1);
                 }
             }
 #pragma unroll
