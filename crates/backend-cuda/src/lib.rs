@@ -156,9 +156,6 @@ pub struct CudaBackend {
     /// (`attention_plan::attention_blocks`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same
     /// bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
-    /// Blocks of a `linear_split` launch past which its blocks take more features
-    /// (`ops_linear::split_features`; `PLUMB_CUDA_SPLIT_WIDE_FROM`, for measuring).
-    pub(crate) split_wide_from: usize,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -271,8 +268,6 @@ impl CudaBackend {
             ops_linear::FOLD_LONG_FROM,
             "a K in elements (a large one: chunks of 256 everywhere)",
         )?;
-        let split_wide_from =
-            number_setting("PLUMB_CUDA_SPLIT_WIDE_FROM", ops_linear::SPLIT_WIDE_FROM, "a number of blocks")?;
         let device_name = ctx.name().map_err(driver("reading the device name"))?;
         let mut driver_version = 0;
         // SAFETY: the driver is loaded and initialized (a context exists); the out-pointer is a valid local.
@@ -309,7 +304,6 @@ impl CudaBackend {
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
-            split_wide_from,
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),

@@ -23,9 +23,6 @@ const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// The most warps of a `linear_split` block (`LIN_SPLIT_MAX_WARPS`, its launch bounds).
 const LIN_SPLIT_MAX_WARPS: usize = 24;
-/// `linear_split` launches of more blocks than this take wider blocks (`split_features`), unless
-/// `PLUMB_CUDA_SPLIT_WIDE_FROM` says otherwise (for measuring; the same bits either way).
-pub(crate) const SPLIT_WIDE_FROM: usize = 1024;
 /// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
 /// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
@@ -107,21 +104,6 @@ pub(crate) fn decode_split(
         }
     }
     best.1
-}
-
-/// Features a `linear_split` block takes for `features` over `chunks` chunks of 256: four, doubled
-/// while the launch would pass `wide_from` blocks and a block's partials (features × chunks) fit
-/// its shared memory. A block of four features is a few microseconds of latency (a warp's
-/// chunk bytes, the activations, the fold) for a few hundred bytes of weights, so a weight of many
-/// features (the default model's Q8_0 LM head: 49,152 × 576, 12,288 blocks of four) ran in waves
-/// of small blocks far from the copy bandwidth. Which block computes a feature changes no bit.
-pub(crate) fn split_features(features: usize, chunks: usize, wide_from: usize) -> usize {
-    let most = LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS / chunks.max(1);
-    let mut feat = LIN_SPLIT_FEAT;
-    while 2 * feat <= most && features.div_ceil(feat) > wide_from {
-        feat *= 2;
-    }
-    feat
 }
 
 /// Whether the TMA `linear` keeps whole K per block at `rows` rows over `num_chunks` chunks of
@@ -222,12 +204,14 @@ impl CudaBackend {
     fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
         let w = ws[0];
         let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-        let all: usize = ws.iter().map(|w| w.rows).sum();
-        let feat = split_features(all, w.cols.div_ceil(256), self.split_wide_from);
-        let (kernel, features) = if split { (&w.kernels[1], feat) } else { (&w.kernels[0], LIN_WARPS) };
+        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
         let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(features)).sum();
         // The split kernel: a warp per (feature, chunk) task, up to its most.
-        let warps = if split { (feat * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS) } else { LIN_WARPS };
+        let warps = if split {
+            (LIN_SPLIT_FEAT * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS)
+        } else {
+            LIN_WARPS
+        };
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
             block_dim: (warps as u32 * 32, 1, 1),
@@ -253,8 +237,7 @@ impl CudaBackend {
                 .i32(n1 as i32)
                 .i32(n2 as i32)
                 .i32(w.cols as i32)
-                .i32(self.staged_loads as i32)
-                .i32(feat as i32),
+                .i32(self.staged_loads as i32),
         );
     }
 
@@ -457,7 +440,7 @@ impl LinearOps for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{LIN_SPLIT_FEAT, SPLIT_WIDE_FROM, decode_split, fold_chunk, kperm_bytes, split_features};
+    use super::{decode_split, fold_chunk, kperm_bytes};
 
     #[test]
     fn long_k_takes_long_fold_chunks() {
@@ -517,20 +500,6 @@ mod tests {
         ] {
             assert_eq!(keeps_whole_k(rows, chunks, kc), whole, "{rows} rows, {chunks} chunks of {kc}");
         }
-    }
-
-    #[test]
-    fn split_blocks_widen_for_weights_of_many_features() {
-        // The default model's LM head (49,152 features, K = 576: three chunks): 12,288 blocks of
-        // four, widened to 64 (768 blocks); its other projections keep four.
-        assert_eq!(split_features(49_152, 3, SPLIT_WIDE_FROM), 64);
-        for (features, chunks) in [(960, 3), (576, 3), (3_072, 3), (576, 6)] {
-            assert_eq!(split_features(features, chunks, SPLIT_WIDE_FROM), LIN_SPLIT_FEAT);
-        }
-        // Within the partials a block holds (features × chunks ≤ 256), and never below four.
-        assert_eq!(split_features(1 << 20, 16, SPLIT_WIDE_FROM), 16);
-        assert_eq!(split_features(1 << 20, 64, SPLIT_WIDE_FROM), 4);
-        assert_eq!(split_features(49_152, 3, usize::MAX), 4);
     }
 
     #[test]

@@ -80,20 +80,17 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
 }
 
 // The same elements for few rows (decode and verify steps), with K chunks spread over warps
-// instead of walked by one: a block takes `feat` features (LIN_SPLIT_FEAT, or more for weights of
-// many features: `ops_linear::split_features`) of up to LIN_ROWS rows; each warp task (feature,
-// chunk) computes that chunk's partial for every row exactly as `linear_body` does (the same eight
-// fmafs per lane, zeros past K included, the same butterfly), into shared memory; then one thread
-// per (feature, row) folds the partials in ascending chunk order. Same partials, same fold:
-// bit-identical to `linear_body`, with K/256 times the warps in flight (a decode step's
-// projections have too few features to fill the GPU otherwise). A block has a warp per task up to
-// LIN_SPLIT_MAX_WARPS (the launch sizes it); a warp with several tasks loads the next one's bytes
-// while it computes this one's.
+// instead of walked by one: a block takes LIN_SPLIT_FEAT features of up to LIN_ROWS rows; each
+// warp task (feature, chunk) computes that chunk's partial for every row exactly as
+// `linear_body` does (the same eight fmafs per lane, zeros past K included, the same butterfly),
+// into shared memory; then one thread per (feature, row) folds the partials in ascending chunk
+// order. Same partials, same fold: bit-identical to `linear_body`, with K/256 times the warps in
+// flight (a decode step's projections have too few features to fill the GPU otherwise). A block
+// has a warp per task up to LIN_SPLIT_MAX_WARPS (the launch sizes it), so each warp's weight
+// loads go out once rather than in rounds.
 #define LIN_SPLIT_FEAT 4
 #define LIN_SPLIT_MAX_CHUNKS 64
 #define LIN_SPLIT_MAX_WARPS 24
-// Partials a block holds: feat * chunks (the host keeps it within this).
-#define LIN_SPLIT_TASKS (LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS)
 
 // Bytes of one 256-element chunk of a row in a block format (0: a float format, read in place);
 // every block format's chunk is whole blocks of an even number of bytes, at most 272 (Q8_0).
@@ -105,38 +102,31 @@ __device__ __forceinline__ constexpr int chunk_bytes() {
 }
 #define LIN_STAGE_BYTES 272
 
-// A warp's copy of chunk bytes [0, n) from `src` into its shared buffer: `load_chunk` issues the
-// lanes' coalesced 4-byte loads (2-byte where the chunk is not 4-aligned) into registers, and
-// `store_chunk` writes them to `dst`, so a warp can have one chunk's loads in flight while it
-// works on the last. The warp's lanes then read their elements' bytes from there. Only where the
-// bytes come from changes: each element is dequantized by the same `deq` from the same bytes.
-struct ChunkWords {
-    u32 v[5];
-};
-__device__ __forceinline__ bool chunk_aligned(const u8* src, int n) { return (((u64)src | (u64)n) & 3) == 0; }
-__device__ __forceinline__ ChunkWords load_chunk(const u8* __restrict__ src, int n, int lane) {
-    ChunkWords w;
-    if (chunk_aligned(src, n)) {
+// A warp's copy of chunk bytes [0, n) from `src` into its shared buffer `dst`, in coalesced 4-byte
+// (or 2-byte, where the chunk is not 4-aligned) loads, all issued before any store; the warp's
+// lanes then read their elements' bytes from there. Only where the bytes come from changes: each
+// element is dequantized by the same `deq` from the same bytes.
+__device__ __forceinline__ void stage_chunk(u8* dst, const u8* __restrict__ src, int n, int lane) {
+    if ((((u64)src | (u64)n) & 3) == 0) {
         const u32* s4 = (const u32*)src;
+        u32* d4 = (u32*)dst;
+        const int words = n / 4;
+        u32 v[3];
 #pragma unroll
-        for (int i = 0; i < 3; i++) w.v[i] = lane + 32 * i < n / 4 ? s4[lane + 32 * i] : 0u;
-        w.v[3] = w.v[4] = 0u;
-    } else {
-        const unsigned short* s2 = (const unsigned short*)src;
-#pragma unroll
-        for (int i = 0; i < 5; i++) w.v[i] = lane + 32 * i < n / 2 ? s2[lane + 32 * i] : 0u;
-    }
-    return w;
-}
-__device__ __forceinline__ void store_chunk(u8* dst, const ChunkWords& w, bool aligned, int n, int lane) {
-    if (aligned) {
+        for (int i = 0; i < 3; i++) v[i] = lane + 32 * i < words ? s4[lane + 32 * i] : 0u;
 #pragma unroll
         for (int i = 0; i < 3; i++)
-            if (lane + 32 * i < n / 4) ((u32*)dst)[lane + 32 * i] = w.v[i];
+            if (lane + 32 * i < words) d4[lane + 32 * i] = v[i];
     } else {
+        const unsigned short* s2 = (const unsigned short*)src;
+        unsigned short* d2 = (unsigned short*)dst;
+        const int halves = n / 2;
+        unsigned short v[5];
+#pragma unroll
+        for (int i = 0; i < 5; i++) v[i] = lane + 32 * i < halves ? s2[lane + 32 * i] : (unsigned short)0;
 #pragma unroll
         for (int i = 0; i < 5; i++)
-            if (lane + 32 * i < n / 2) ((unsigned short*)dst)[lane + 32 * i] = (unsigned short)w.v[i];
+            if (lane + 32 * i < halves) d2[lane + 32 * i] = v[i];
     }
     __syncwarp();
 }
@@ -144,61 +134,43 @@ __device__ __forceinline__ void store_chunk(u8* dst, const ChunkWords& w, bool a
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
-                                                  int k_in, int bx, int staged, int feat) {
-    __shared__ float part[LIN_SPLIT_TASKS][LIN_ROWS];  // [feature * chunks + chunk][row]
+                                                  int k_in, int bx, int staged) {
+    __shared__ float part[LIN_SPLIT_FEAT][LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
     __shared__ __align__(16) u8 stage[LIN_SPLIT_MAX_WARPS][LIN_STAGE_BYTES];
     constexpr int CB = chunk_bytes<TY>();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
-    const int f0 = bx * feat;
+    const int f0 = bx * LIN_SPLIT_FEAT;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
-    const int tasks = feat * num_chunks;
-    // Task t's chunk bytes (whole blocks: clen is a multiple of the block) and their count.
-    auto task_bytes = [&](int t, int& n) {
+    const int tasks = LIN_SPLIT_FEAT * num_chunks;
+    // The chunk's bytes of task t (whole blocks: clen is a multiple of the block) into this warp's
+    // shared buffer. A warp's first task copies them before waiting on the kernel before (the
+    // kernel's PDL_LAUNCH came first; weights are never written by a forward's kernels, dequant.cu).
+    auto stage_task = [&](int t) {
         const int c = t % num_chunks, clen = min(LIN_KC, k_in - c * LIN_KC);
-        n = clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC);
-        return w + (u64)min(f0 + t / num_chunks, n_out - 1) * row_bytes + (u64)c * CB;
+        const u8* wrow = w + (u64)min(f0 + t / num_chunks, n_out - 1) * row_bytes;
+        stage_chunk(stage[warp], wrow + (u64)c * CB, clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC), lane);
     };
-    const bool stage_bytes = CB > 0 && staged;
-    // A warp's first task's bytes go out before waiting on the kernel before (the kernel's
-    // PDL_LAUNCH came first; weights are never written by a forward's kernels, dequant.cu).
-    ChunkWords next{};
-    const bool early = EARLY_WEIGHTS && stage_bytes;
-    if (early && warp < tasks) {
-        int n;
-        const u8* src = task_bytes(warp, n);
-        next = load_chunk(src, n, lane);
-    }
+    const bool early = EARLY_WEIGHTS && CB > 0 && staged;
+    if (early && warp < tasks) stage_task(warp);
     PDL_WAIT();
-    if (stage_bytes && !early && warp < tasks) {
-        int n;
-        const u8* src = task_bytes(warp, n);
-        next = load_chunk(src, n, lane);
-    }
-    for (int t = warp; t < tasks; t += warps) {
+    for (int t = warp; t < tasks; t += blockDim.x / 32) {
         const int f = t / num_chunks, c = t % num_chunks;
         const int m = min(f0 + f, n_out - 1);
         const int c0 = c * LIN_KC;
         const int clen = min(LIN_KC, k_in - c0);
         const u8* wrow = w + (u64)m * row_bytes;
         float wv[LIN_KC / 32];
-        if (stage_bytes) {
+        if (CB > 0 && staged) {
             u8* st = stage[warp];
-            int n;
-            const bool aligned = chunk_aligned(task_bytes(t, n), n);
-            store_chunk(st, next, aligned, n, lane);
-            if (t + warps < tasks) {
-                int n2;
-                const u8* src = task_bytes(t + warps, n2);
-                next = load_chunk(src, n2, lane);
-            }
+            if (!early || t != warp) stage_task(t);
 #pragma unroll
             for (int j = 0; j < LIN_KC / 32; j++) {
                 int kk = j * 32 + lane;
                 wv[j] = kk < clen ? deq<TY>(st, kk) : 0.0f;
             }
-            __syncwarp();  // every lane has its bytes before the next task's store
+            __syncwarp();  // every lane has its bytes before the next task's copy
         } else {
 #pragma unroll
             for (int j = 0; j < LIN_KC / 32; j++) {
@@ -219,16 +191,16 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
             for (int j = 0; j < LIN_KC / 32; j++) s = fmaf(xv[j], wv[j], s);
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-            if (lane == 0) part[t][r] = s;
+            if (lane == 0) part[f][c][r] = s;
         }
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < feat * rows; t += blockDim.x) {
+    for (int t = threadIdx.x; t < LIN_SPLIT_FEAT * rows; t += blockDim.x) {
         const int f = t / rows, r = t % rows;
         const int m = f0 + f;
         if (m >= n_out) continue;
-        float acc = part[f * num_chunks][r];
-        for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[f * num_chunks + c][r]);
+        float acc = part[f][0][r];
+        for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[f][c][r]);
         out[(u64)(r0 + r) * n_out + m] = acc;
     }
 }
@@ -249,18 +221,17 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
 #define LINEAR_KERNELS(NAME, TY)                                                                              \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
-                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
-                      int feat) {                                                                             \
+                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) {     \
         PDL_ENTRY();                                                                                          \
-        (void)staged; (void)feat; /* the split kernel's: both take one argument list */                      \
+        (void)staged; /* the split kernel's switch: both take one argument list */                            \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int feat) { PDL_LAUNCH(); \
-        LINEAR_SEGS(feat) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */           \
-        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, feat);                  \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) { PDL_LAUNCH();           \
+        LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
+        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged);                        \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
