@@ -9,7 +9,8 @@
 # .gpu/m2 in the next call, made while the machine is still warm (it is given back 30 s after a
 # call ends), which rebuilds the file: `cat /tmp/m/part1 .gpu/m2/part | xz -d > /tmp/m/model.gguf`
 # (check its sha256). Move the large fixtures out of the tree for the first call if it runs
-# over: only fixtures/smollm2 is read on the GPU machine (by plumb check).
+# over: only fixtures/smollm2 is read on the GPU machine (by plumb check). tools/device/ab-smol.sh
+# runs the second call's A/B.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${1:-${PLUMB_HOME:-$HOME/.cache/plumb}/models/SmolLM2-135M-Instruct.Q4_1.gguf}
