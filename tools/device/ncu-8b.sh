@@ -12,7 +12,9 @@
 # KERNELS is ncu's -k filter (default: the attention and the 64-row linear instances); CONC the
 # requests decoding at once (default 64). SKIP counts only the launches the filter matches: for
 # the one-request walk's stall reasons, CONC=1 KERNELS=regex:attention_mma SKIP=200 COUNT=4 (32
-# launches a step; the warm-up and the prompt take the first 96).
+# launches a step; the warm-up and the prompt take the first 96). The default model's LM head:
+# CONC=1 KERNELS=regex:linear_split_q8_0 SKIP=40 COUNT=4 with /tmp/m/smollm2.gguf as MODEL_DIR (one launch
+# a step; the f16 KV cache as for the 8B).
 set -u
 B=${1:?usage: ncu-8b.sh BIN_DIR OUT_DIR [MODEL_DIR]}
 OUT=${2:?usage: ncu-8b.sh BIN_DIR OUT_DIR [MODEL_DIR]}
@@ -23,7 +25,8 @@ export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home} PLUMB_CUDA_GRAPHS=0
 bash "$(dirname "$0")/seed-kernels.sh" "$B"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-[ -e "$MODEL/config.json" ] || "$B/plumb" synth --arch llama-3.1-8b "$MODEL" >/dev/null
+# A .gguf file (the default model, rebuilt from its halves) is taken as it is.
+[ -f "$MODEL" ] || [ -e "$MODEL/config.json" ] || "$B/plumb" synth --arch llama-3.1-8b "$MODEL" >/dev/null
 "$NCU" --clock-control none --target-processes all -k "${KERNELS:-regex:attention_mma|linear_tma_bf16_n64}" \
     --launch-skip "${SKIP:-3000}" --launch-count "${COUNT:-8}" --set full -f -o "$OUT/ncu" \
     "$B/plumb" bench --device cuda --kv-dtype f16 --model "$MODEL" --concurrency "${CONC:-64}" --prompt-len 512 --gen-len 64 \
