@@ -202,16 +202,22 @@ impl CudaBackend {
 
     /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16.
     fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+        self.linear_cuda_cores_launch(x, ws, outs, false);
+    }
+
+    /// The launch of `linear_cuda_cores`; with `glu`, ws = [gate, up] and outs = [silu(gate) · up]
+    /// on the split kernel (`linear_swiglu`, which checks that it applies).
+    fn linear_cuda_cores_launch(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor], glu: bool) {
         let w = ws[0];
-        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && w.cols.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS;
-        let (kernel, features) = if split { (&w.kernels[1], LIN_SPLIT_FEAT) } else { (&w.kernels[0], LIN_WARPS) };
-        let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(features)).sum();
+        let chunks = w.cols.div_ceil(256);
+        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && chunks <= LIN_SPLIT_MAX_CHUNKS;
+        // A SwiGLU block takes both weights' tasks of its features.
+        let (feat, held) = (LIN_SPLIT_FEAT, if glu { 2 * chunks } else { chunks });
+        let (kernel, features) = if split { (&w.kernels[1], feat) } else { (&w.kernels[0], LIN_WARPS) };
+        let blocks: usize =
+            if glu { w.rows.div_ceil(feat) } else { ws.iter().map(|w| w.rows.div_ceil(features)).sum() };
         // The split kernel: a warp per (feature, chunk) task, up to its most.
-        let warps = if split {
-            (LIN_SPLIT_FEAT * w.cols.div_ceil(256)).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS)
-        } else {
-            LIN_WARPS
-        };
+        let warps = if split { (feat * held).clamp(LIN_WARPS, LIN_SPLIT_MAX_WARPS) } else { LIN_WARPS };
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_ROWS) as u32, 1),
             block_dim: (warps as u32 * 32, 1, 1),
@@ -237,8 +243,24 @@ impl CudaBackend {
                 .i32(n1 as i32)
                 .i32(n2 as i32)
                 .i32(w.cols as i32)
-                .i32(self.staged_loads as i32),
+                .i32(self.staged_loads as i32)
+                .i32(glu as i32),
         );
+    }
+
+    /// Whether `linear_swiglu` of these weights runs as one split launch: CUDA-core weights of
+    /// one type and shape, rows the split kernel takes, both weights' partials of four features
+    /// within a block's, no rounded copy wanted of the output (no tensor-core weight loaded), and
+    /// `PLUMB_CUDA_FUSE_SWIGLU` not 0.
+    fn swiglu_fuses(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight) -> bool {
+        let chunks = gate.cols.div_ceil(256);
+        self.fuse_swiglu
+            && !gate.mma
+            && (gate.ty, gate.cols, gate.rows, gate.row_bytes, gate.mma)
+                == (up.ty, up.cols, up.rows, up.row_bytes, up.mma)
+            && x.padded_rows <= LIN_SPLIT_MAX_ROWS
+            && 2 * LIN_SPLIT_FEAT * chunks <= LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS
+            && !self.mma_weights.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `linear` of a tensor-core weight on the kernels the TMA kernels replaced (`PLUMB_CUDA_TMA=0`,
@@ -391,6 +413,28 @@ impl LinearOps for CudaBackend {
             self.linear_group(x, &ws[i..i + len], group, rounded.as_ref());
             (i, outs) = (i + len, rest);
         }
+    }
+
+    /// gate|up and the SwiGLU as one launch of the split CUDA-core kernel where it applies
+    /// (`swiglu_fuses`: a quantized model's decode and verify steps), else apart: the same bits.
+    fn linear_swiglu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, out: &mut CudaTensor) {
+        if !self.swiglu_fuses(x, gate, up) {
+            return plumb_core::swiglu_apart(self, x, gate, up, out);
+        }
+        assert_eq!(
+            (x.cols, out.rows, out.cols),
+            (gate.cols, x.rows, gate.rows),
+            "swiglu `{}`: shape mismatch",
+            gate.name
+        );
+        assert_eq!(x.padded_rows, out.padded_rows, "swiglu `{}`: padded rows differ", gate.name);
+        if x.padded_rows == 0 || gate.rows == 0 {
+            return;
+        }
+        for w in [gate, up] {
+            self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
+        }
+        self.linear_cuda_cores_launch(x, &[gate, up], &mut [out], true);
     }
 
     fn embed(&self, ids: &[u32], table: &CudaWeight, out: &mut CudaTensor) {

@@ -12,7 +12,7 @@ mod kv;
 mod rows;
 
 use kv::{filled_cache, scrambled_lanes};
-use rows::{MAX_M, assert_same_bits, check_rows, pick, weight};
+use rows::{MAX_M, assert_same_bits, check_rows, norm_weight, pick, weight};
 
 use plumb_backend_cuda::CudaBackend;
 use plumb_core::{
@@ -20,19 +20,6 @@ use plumb_core::{
     RopeOps, WeightSource,
 };
 use plumb_verify::inputs::{Rng, Spread, activations};
-
-/// An RMSNorm weight of `cols` values near 1, in f32.
-fn norm_weight(b: &CudaBackend, rng: &mut Rng, cols: usize) -> plumb_backend_cuda::CudaWeight {
-    let wv: Vec<f32> = (0..cols).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
-    b.load_weight(WeightSource {
-        name: "norm".into(),
-        ty: GgmlType::F32,
-        rows: 1,
-        cols,
-        bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
-    })
-    .unwrap()
-}
 
 #[test]
 fn linear_rows_are_batch_invariant_for_every_format() {
@@ -86,54 +73,6 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
 /// tensor-core `linear` takes instead of rounding again: the products must equal those of the
 /// same values uploaded fresh, and a launch that writes the output in between must void the copy.
 #[test]
-fn weights_run_together_give_the_bits_of_each_apart() {
-    let Some(b) = device::backend("linear") else { return };
-    let mut rng = Rng::new(device::seed());
-    // `linear_multi` runs up to three weights of one type and width in one launch (q|k|v,
-    // gate|up), each on whole feature tiles of its own: every output must be the one `linear`
-    // gives alone, for widths that end in partial tiles (576 = 4.5 tiles of 128), for one to
-    // five rows (the split K's last block folds) and more (`fold_chunks` folds; no split), and
-    // for a run of four (three, then one) and of mixed types (split by type).
-    let cases: [(&[usize], usize); 3] = [(&[576, 192, 192], 576), (&[300, 260], 4096), (&[64, 200, 72, 136], 1024)];
-    for ty in [GgmlType::BF16, GgmlType::Q4_1, GgmlType::Q8_0] {
-        for (widths, k) in cases {
-            let ws: Vec<_> = widths.iter().map(|&n| weight(&b, &mut rng, ty, n, k)).collect();
-            for m in [1, 3, 5, 8, 37, 64, 300] {
-                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
-                let mut together: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
-                let refs: Vec<_> = ws.iter().collect();
-                b.linear_multi(&x, &refs, &mut together.iter_mut().collect::<Vec<_>>());
-                for (i, w) in ws.iter().enumerate() {
-                    let mut alone = b.tensor(m, widths[i]);
-                    b.linear(&x, w, &mut alone);
-                    let (got, want) = (b.download(&together[i]), b.download(&alone));
-                    assert_same_bits(&got, &want, &|| {
-                        format!("{ty} {widths:?}x{k}, {m} rows: weight {i} run together")
-                    });
-                    assert!(want.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
-                }
-            }
-        }
-    }
-    // Mixed types: a bf16 weight between two Q8_0 weights runs apart, with the same bits.
-    let k = 576;
-    let ws = [
-        weight(&b, &mut rng, GgmlType::Q8_0, 96, k),
-        weight(&b, &mut rng, GgmlType::BF16, 128, k),
-        weight(&b, &mut rng, GgmlType::Q8_0, 40, k),
-    ];
-    let x = b.upload(&activations(&mut rng, 3, k, Spread::DynamicRange), 3, k);
-    let mut together: Vec<_> = ws.iter().map(|w| b.tensor(3, w.rows)).collect();
-    b.linear_multi(&x, &ws.iter().collect::<Vec<_>>(), &mut together.iter_mut().collect::<Vec<_>>());
-    for (w, got) in ws.iter().zip(&together) {
-        let mut alone = b.tensor(3, w.rows);
-        b.linear(&x, w, &mut alone);
-        assert!(b.download(got).iter().zip(b.download(&alone)).all(|(a, c)| a.to_bits() == c.to_bits()), "mixed types");
-    }
-    eprintln!("linear_multi: every weight run together gives its bits apart");
-}
-
-#[test]
 fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     let Some(b) = device::backend("norm + linear") else { return };
     let mut rng = Rng::new(device::seed() ^ 0x4e04);
@@ -171,35 +110,6 @@ fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     b.add(&mut normed, &y);
     b.linear(&normed, &w1, &mut one);
     assert_eq!(bits(&one), fresh(&normed, &w1), "linear used a rounded copy older than its input");
-}
-
-#[test]
-fn the_fused_residual_add_and_norm_gives_the_bits_of_the_two_apart() {
-    let Some(b) = device::backend("add + norm") else { return };
-    let mut rng = Rng::new(device::seed() ^ 0xadd0);
-    let (k, n) = (576, 40);
-    let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-    let norm = norm_weight(&b, &mut rng, k);
-    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
-    for rows in [1, 7, 37, 300] {
-        let h = activations(&mut rng, rows, k, Spread::DynamicRange);
-        let d = activations(&mut rng, rows, k, Spread::Cancelling);
-        let (mut apart, mut fused) = (b.upload(&h, rows, k), b.upload(&h, rows, k));
-        let delta = b.upload(&d, rows, k);
-        let (mut normed_apart, mut normed_fused) = (b.tensor(rows, k), b.tensor(rows, k));
-        b.add(&mut apart, &delta);
-        b.rms_norm(&apart, &norm, 1e-5, &mut normed_apart);
-        b.add_rms_norm(&mut fused, &delta, &norm, 1e-5, &mut normed_fused);
-        assert_eq!(bits(&fused), bits(&apart), "{rows} rows: the fused add's sums differ");
-        assert_eq!(bits(&normed_fused), bits(&normed_apart), "{rows} rows: the fused norm differs");
-        // The linear after it takes the fused kernel's rounded copy: the bits of a fresh rounding.
-        let mut after = b.tensor(rows, n);
-        b.linear(&normed_fused, &w, &mut after);
-        let copy = b.upload(&b.download(&normed_fused), rows, k);
-        let mut fresh = b.tensor(rows, n);
-        b.linear(&copy, &w, &mut fresh);
-        assert_eq!(bits(&after), bits(&fresh), "{rows} rows: linear after the fused norm differs");
-    }
 }
 
 #[test]

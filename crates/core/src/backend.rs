@@ -286,6 +286,15 @@ pub trait LinearOps: Backend {
             self.linear(x, w, out);
         }
     }
+    /// A SwiGLU's first half: out = silu(x · gateᵀ) · (x · upᵀ), the gate and up products and the
+    /// `silu_mul` that reads them, which a backend may run as one launch. The bits must be those
+    /// of `linear_multi` then `silu_mul` ([`swiglu_apart`]). out: [num_rows, rows(gate)].
+    fn linear_swiglu(&self, x: &Self::Tensor, gate: &Self::Weight, up: &Self::Weight, out: &mut Self::Tensor)
+    where
+        Self: ElementwiseOps,
+    {
+        swiglu_apart(self, x, gate, up, out);
+    }
     /// Independent products (the experts of a MoE layer): outs[i] = xs[i] · ws[i]ᵀ. A fast
     /// backend runs them as one launch; each output is computed exactly as `linear` computes it.
     fn linear_batched(&self, xs: &[&Self::Tensor], ws: &[&Self::Weight], outs: &mut [&mut Self::Tensor]) {
@@ -301,6 +310,20 @@ pub trait LinearOps: Backend {
     fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
     /// out[i, :] = x[rows[i], :].
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32], out: &mut Self::Tensor);
+}
+
+/// `linear_swiglu` as its parts: the gate and up products (`linear_multi`), then `silu_mul`.
+pub fn swiglu_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    gate: &B::Weight,
+    up: &B::Weight,
+    out: &mut B::Tensor,
+) {
+    let n = x.rows();
+    let (mut g, mut u) = (b.tensor(n, gate.rows()), b.tensor(n, up.rows()));
+    b.linear_multi(x, &[gate, up], &mut [&mut g, &mut u]);
+    b.silu_mul(&g, &u, out);
 }
 
 /// Normalization and element-wise ops.

@@ -88,6 +88,9 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
 // flight (a decode step's projections have too few features to fill the GPU otherwise). A block
 // has a warp per task up to LIN_SPLIT_MAX_WARPS (the launch sizes it), so each warp's weight
 // loads go out once rather than in rounds.
+// With `glu` (w the gate, w1 up: `CudaBackend::linear_swiglu`) a block also takes up's same
+// features and writes silu(gate) · up, silu_mul's arithmetic on the two folded products: the bits
+// of the two products and silu_mul apart, in one launch.
 #define LIN_SPLIT_FEAT 4
 #define LIN_SPLIT_MAX_CHUNKS 64
 #define LIN_SPLIT_MAX_WARPS 24
@@ -134,8 +137,9 @@ __device__ __forceinline__ void stage_chunk(u8* dst, const u8* __restrict__ src,
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
-                                                  int k_in, int bx, int staged) {
-    __shared__ float part[LIN_SPLIT_FEAT][LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
+                                                  int k_in, int bx, int staged, const u8* __restrict__ w_up) {
+    // [task][row]: task f * chunks + c of feature f (with `w_up`, features LIN_SPLIT_FEAT.. are up's).
+    __shared__ float part[LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
     __shared__ __align__(16) u8 stage[LIN_SPLIT_MAX_WARPS][LIN_STAGE_BYTES];
     constexpr int CB = chunk_bytes<TY>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -143,24 +147,29 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     const int f0 = bx * LIN_SPLIT_FEAT;
     const int r0 = blockIdx.y * LIN_ROWS;
     const int rows = min(LIN_ROWS, num_rows - r0);
-    const int tasks = LIN_SPLIT_FEAT * num_chunks;
+    // With `w_up` (a SwiGLU), the block's features of w (the gate), then the same features of
+    // w_up: tasks 0.. of the gate's, LIN_SPLIT_FEAT * num_chunks.. of up's.
+    const int tasks = (w_up ? 2 : 1) * LIN_SPLIT_FEAT * num_chunks;
+    // The weight row of the block's task feature f.
+    auto row_of = [&](int f) {
+        return (f < LIN_SPLIT_FEAT ? w : w_up) + (u64)min(f0 + f % LIN_SPLIT_FEAT, n_out - 1) * row_bytes;
+    };
     // The chunk's bytes of task t (whole blocks: clen is a multiple of the block) into this warp's
     // shared buffer. A warp's first task copies them before waiting on the kernel before (the
     // kernel's PDL_LAUNCH came first; weights are never written by a forward's kernels, dequant.cu).
     auto stage_task = [&](int t) {
         const int c = t % num_chunks, clen = min(LIN_KC, k_in - c * LIN_KC);
-        const u8* wrow = w + (u64)min(f0 + t / num_chunks, n_out - 1) * row_bytes;
+        const u8* wrow = row_of(t / num_chunks);
         stage_chunk(stage[warp], wrow + (u64)c * CB, clen == LIN_KC ? CB : (int)((u64)CB * clen / LIN_KC), lane);
     };
     const bool early = EARLY_WEIGHTS && CB > 0 && staged;
     if (early && warp < tasks) stage_task(warp);
     PDL_WAIT();
     for (int t = warp; t < tasks; t += blockDim.x / 32) {
-        const int f = t / num_chunks, c = t % num_chunks;
-        const int m = min(f0 + f, n_out - 1);
+        const int c = t % num_chunks;
         const int c0 = c * LIN_KC;
         const int clen = min(LIN_KC, k_in - c0);
-        const u8* wrow = w + (u64)m * row_bytes;
+        const u8* wrow = row_of(t / num_chunks);
         float wv[LIN_KC / 32];
         if (CB > 0 && staged) {
             u8* st = stage[warp];
@@ -191,17 +200,27 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
             for (int j = 0; j < LIN_KC / 32; j++) s = fmaf(xv[j], wv[j], s);
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-            if (lane == 0) part[f][c][r] = s;
+            if (lane == 0) part[t][r] = s;
         }
     }
     __syncthreads();
+    // The fold of task feature f's partials in chunk order.
+    auto fold = [&](int f, int r) {
+        float acc = part[f * num_chunks][r];
+        for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[f * num_chunks + c][r]);
+        return acc;
+    };
     for (int t = threadIdx.x; t < LIN_SPLIT_FEAT * rows; t += blockDim.x) {
         const int f = t / rows, r = t % rows;
         const int m = f0 + f;
         if (m >= n_out) continue;
-        float acc = part[f][0][r];
-        for (int c = 1; c < num_chunks; c++) acc = __fadd_rn(acc, part[f][c][r]);
-        out[(u64)(r0 + r) * n_out + m] = acc;
+        float y = fold(f, r);
+        if (w_up) {
+            // silu_mul's arithmetic (elementwise.cu) on the two products, as it would read them.
+            const float g = y;
+            y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), fold(LIN_SPLIT_FEAT + f, r));
+        }
+        out[(u64)(r0 + r) * n_out + m] = y;
     }
 }
 
@@ -221,17 +240,18 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
 #define LINEAR_KERNELS(NAME, TY)                                                                              \
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
-                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) {     \
+                      float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
+                      int glu) {                                                                              \
         PDL_ENTRY();                                                                                          \
-        (void)staged; /* the split kernel's switch: both take one argument list */                            \
+        (void)staged; (void)glu; /* the split kernel's switches: both take one argument list */              \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged) { PDL_LAUNCH();           \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu) { PDL_LAUNCH();  \
         LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
-        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged);                        \
+        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr);    \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \

@@ -73,16 +73,21 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
     /// x: [num_rows, hidden] → [num_rows, hidden].
     pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
         let n = x.rows();
-        let mut gate = b.tensor(n, self.gate_proj.rows());
-        let mut up = b.tensor(n, self.up_proj.rows());
-        b.linear_multi(x, &[&self.gate_proj, &self.up_proj], &mut [&mut gate, &mut up]);
-        for (t, bias) in [&mut gate, &mut up].into_iter().zip(&self.biases) {
-            if let Some(bias) = bias {
-                b.add_bias(t, bias);
-            }
-        }
         let mut act = b.tensor(n, self.gate_proj.rows());
-        b.silu_mul(&gate, &up, &mut act);
+        if self.biases[0].is_none() && self.biases[1].is_none() {
+            // The products and the SwiGLU that reads them: one launch where the backend fuses them.
+            b.linear_swiglu(x, &self.gate_proj, &self.up_proj, &mut act);
+        } else {
+            let mut gate = b.tensor(n, self.gate_proj.rows());
+            let mut up = b.tensor(n, self.up_proj.rows());
+            b.linear_multi(x, &[&self.gate_proj, &self.up_proj], &mut [&mut gate, &mut up]);
+            for (t, bias) in [&mut gate, &mut up].into_iter().zip(&self.biases) {
+                if let Some(bias) = bias {
+                    b.add_bias(t, bias);
+                }
+            }
+            b.silu_mul(&gate, &up, &mut act);
+        }
         if let Some(t) = trace {
             t("ffn_act", Some(layer), &act);
         }
