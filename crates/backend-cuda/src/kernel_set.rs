@@ -87,6 +87,8 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n32_k1024",
         "linear_tma_bf16_n64",
         "linear_tma_bf16_n64_k1024",
+        "linear_tma_bf16_n64_c2",
+        "linear_tma_bf16_n64_c2_k1024",
         "linear_tma_bf16_n128",
         "linear_tma_bf16_n128_k1024",
         "linear_tma_bf16_n192",

@@ -8,7 +8,7 @@
 
 use crate::launch::Launch;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, bf16_tile_map, tma_name, tma_smem, tma_threads};
+use crate::tma::{TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_smem, tma_threads};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
 use plumb_core::LinearOps;
@@ -356,11 +356,15 @@ impl CudaBackend {
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
         let own = rounded.is_none().then(|| self.rounded(x));
         let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n);
+        // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
+        let cl = tma_cluster(self.tma.cluster, n, ft, splits);
+        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n / cl);
         let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
-        let tasks = rows.div_ceil(n) * tiles * splits;
+        let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
+        let grid =
+            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
         let cfg = LaunchConfig {
-            grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
+            grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
             shared_mem_bytes: tma_smem(n, ft) as u32,
         };
@@ -380,7 +384,8 @@ impl CudaBackend {
         let outputs = |l: Launch| {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
-        let l = Launch::new(self.kernel(&tma_name(n, ft, kc)), cfg)
+        let l = Launch::new(self.kernel(&tma_name_cl(n, ft, kc, cl)), cfg)
+            .cluster(cl as u32)
             .tensor_map(&xmap)
             .tensor_map(&wmaps[0])
             .tensor_map(m1)
