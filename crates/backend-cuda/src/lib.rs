@@ -20,6 +20,7 @@ mod kv;
 mod launch;
 mod measure;
 mod ops;
+mod ops_fused;
 mod ops_linear;
 mod pick;
 mod pool;
@@ -159,6 +160,13 @@ pub struct CudaBackend {
     /// Whether a quantized model's gate|up and SwiGLU run as one launch (`linear_swiglu`;
     /// `PLUMB_CUDA_FUSE_SWIGLU=0` runs them apart, for measuring: the same bits).
     pub(crate) fuse_swiglu: bool,
+    /// Whether an RMSNorm runs inside the split CUDA-core products that read it
+    /// (`norm_linear_multi`, `norm_linear_swiglu`; `PLUMB_CUDA_FUSE_NORM=0` runs it apart, for
+    /// measuring: the same bits).
+    pub(crate) fuse_norm: bool,
+    /// Whether a residual add runs in the store of the product it adds (`linear_add`;
+    /// `PLUMB_CUDA_FUSE_RESIDUAL=0` launches `add` after it, for measuring: the same bits).
+    pub(crate) fuse_residual: bool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -308,6 +316,8 @@ impl CudaBackend {
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
             fuse_swiglu: std::env::var("PLUMB_CUDA_FUSE_SWIGLU").ok().is_none_or(|v| v != "0"),
+            fuse_norm: std::env::var("PLUMB_CUDA_FUSE_NORM").ok().is_none_or(|v| v != "0"),
+            fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),
@@ -398,7 +408,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 13] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 15] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -413,6 +423,8 @@ impl CudaBackend {
             ("fused_rope_kv_write", self.fuse_rope_kv),
             ("staged_quant_loads", self.staged_loads),
             ("fused_swiglu", self.fuse_swiglu),
+            ("fused_norm_prologue", self.fuse_norm),
+            ("fused_residual_store", self.fuse_residual),
         ]
     }
 

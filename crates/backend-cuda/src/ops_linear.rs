@@ -7,6 +7,7 @@
 //! changes no bit (the chunk partials are folded in chunk order whatever the split).
 
 use crate::launch::Launch;
+use crate::ops_fused::Fuse;
 use crate::pool::DeviceBuf;
 use crate::tma::{TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_smem, tma_threads};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
@@ -18,11 +19,17 @@ const LIN_WARPS: usize = 8;
 const LIN_ROWS: usize = 16;
 /// `linear_split` (the same arithmetic with K chunks spread over warps): features per block, the
 /// most chunks its shared memory holds, and the most rows it is used for (decode and verify).
-const LIN_SPLIT_FEAT: usize = 4;
-const LIN_SPLIT_MAX_CHUNKS: usize = 64;
+pub(crate) const LIN_SPLIT_FEAT: usize = 4;
+pub(crate) const LIN_SPLIT_MAX_CHUNKS: usize = 64;
 const LIN_SPLIT_MAX_ROWS: usize = 64;
 /// The most warps of a `linear_split` block (`LIN_SPLIT_MAX_WARPS`, its launch bounds).
 const LIN_SPLIT_MAX_WARPS: usize = 24;
+
+/// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
+/// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
+pub(crate) fn splits_k(padded_rows: usize, k: usize) -> bool {
+    padded_rows <= LIN_SPLIT_MAX_ROWS && k.div_ceil(256) <= LIN_SPLIT_MAX_CHUNKS
+}
 /// The tensor-core `linear`: the decode kernel (kernels/linear_mma.cu) takes up to this many
 /// rows, staging two chunks of 64 weight rows and of the rows in at most this much shared
 /// memory; the wgmma kernel (kernels/linear_wgmma.cu) takes more rows, staging six stages of
@@ -162,12 +169,25 @@ impl CudaBackend {
     /// groups them) in one launch where the kernel takes several (`seg_of` in kernels/linear.cu);
     /// a tensor-core weight takes `rounded` (x as `round_bf16` makes it) when given, else rounds x
     /// itself.
-    fn linear_group(
+    pub(crate) fn linear_group(
         &self,
         x: &CudaTensor,
         ws: &[&CudaWeight],
         outs: &mut [&mut CudaTensor],
         rounded: Option<&DeviceBuf>,
+    ) {
+        self.linear_group_fused(x, ws, outs, rounded, Fuse::default());
+    }
+
+    /// `linear_group` with the work of its neighbours done inside the launch (`Fuse`; the caller
+    /// has checked the kernel takes it: ops_fused.rs).
+    pub(crate) fn linear_group_fused(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+        rounded: Option<&DeviceBuf>,
+        fuse: Fuse,
     ) {
         assert!(!ws.is_empty() && ws.len() <= 3 && ws.len() == outs.len(), "linear: 1 to 3 weights, one output each");
         for (w, out) in ws.iter().zip(outs.iter()) {
@@ -181,7 +201,7 @@ impl CudaBackend {
         if ws.iter().any(|w| w.rows == 0) {
             // A weight without features has nothing to launch; the others run alone.
             for (w, out) in ws.iter().zip(outs.iter_mut()).filter(|(w, _)| w.rows > 0) {
-                self.linear_group(x, &[w], &mut [&mut **out], rounded);
+                self.linear_group_fused(x, &[w], &mut [&mut **out], rounded, fuse);
             }
             return;
         }
@@ -189,28 +209,28 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         if ws[0].mma && self.tma.enabled {
-            self.linear_tma(x, ws, outs, rounded);
+            assert!(!fuse.glu && fuse.norm.is_none(), "linear_tma: fuses only a residual add");
+            self.linear_tma(x, ws, outs, rounded, fuse.resid);
         } else if ws[0].mma {
+            assert!(fuse == Fuse::default(), "linear_mma: fuses nothing");
             let own = rounded.is_none().then(|| self.rounded(x));
             for (w, out) in ws.iter().zip(outs.iter_mut()) {
                 self.linear_mma(x, w, out, own.as_ref().or(rounded));
             }
         } else {
-            self.linear_cuda_cores(x, ws, outs);
+            self.linear_cuda_cores(x, ws, outs, fuse);
         }
     }
 
-    /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16.
-    fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
-        self.linear_cuda_cores_launch(x, ws, outs, false);
-    }
-
-    /// The launch of `linear_cuda_cores`; with `glu`, ws = [gate, up] and outs = [silu(gate) · up]
-    /// on the split kernel (`linear_swiglu`, which checks that it applies).
-    fn linear_cuda_cores_launch(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor], glu: bool) {
+    /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16;
+    /// with `fuse.glu`, ws = [gate, up] and outs = [silu(gate) · up] (on the split kernel, as a
+    /// norm is: `Fuse`).
+    pub(crate) fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor], fuse: Fuse) {
+        let glu = fuse.glu;
         let w = ws[0];
         let chunks = w.cols.div_ceil(256);
-        let split = x.padded_rows <= LIN_SPLIT_MAX_ROWS && chunks <= LIN_SPLIT_MAX_CHUNKS;
+        let split = splits_k(x.padded_rows, w.cols);
+        assert!(split || !glu && fuse.norm.is_none(), "linear `{}`: only the split kernel fuses a norm or a SwiGLU", w.name);
         // A SwiGLU block takes both weights' tasks of its features.
         let (feat, held) = (LIN_SPLIT_FEAT, if glu { 2 * chunks } else { chunks });
         let (kernel, features) = if split { (&w.kernels[1], feat) } else { (&w.kernels[0], LIN_WARPS) };
@@ -244,23 +264,11 @@ impl CudaBackend {
                 .i32(n2 as i32)
                 .i32(w.cols as i32)
                 .i32(self.staged_loads as i32)
-                .i32(glu as i32),
+                .i32(glu as i32)
+                .ptr(fuse.norm.map_or(0, |n| n.0))
+                .f32(fuse.norm.map_or(0.0, |n| n.1))
+                .i32(fuse.resid as i32),
         );
-    }
-
-    /// Whether `linear_swiglu` of these weights runs as one split launch: CUDA-core weights of
-    /// one type and shape, rows the split kernel takes, both weights' partials of four features
-    /// within a block's, no rounded copy wanted of the output (no tensor-core weight loaded), and
-    /// `PLUMB_CUDA_FUSE_SWIGLU` not 0.
-    fn swiglu_fuses(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight) -> bool {
-        let chunks = gate.cols.div_ceil(256);
-        self.fuse_swiglu
-            && !gate.mma
-            && (gate.ty, gate.cols, gate.rows, gate.row_bytes, gate.mma)
-                == (up.ty, up.cols, up.rows, up.row_bytes, up.mma)
-            && x.padded_rows <= LIN_SPLIT_MAX_ROWS
-            && 2 * LIN_SPLIT_FEAT * chunks <= LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS
-            && !self.mma_weights.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `linear` of a tensor-core weight on the kernels the TMA kernels replaced (`PLUMB_CUDA_TMA=0`,
@@ -329,6 +337,7 @@ impl CudaBackend {
         ws: &[&CudaWeight],
         outs: &mut [&mut CudaTensor],
         rounded: Option<&DeviceBuf>,
+        resid: bool,
     ) {
         let rows = x.padded_rows;
         let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
@@ -390,12 +399,13 @@ impl CudaBackend {
             .tensor_map(&wmaps[0])
             .tensor_map(m1)
             .tensor_map(m2);
-        self.submit(
-            outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters),
-        );
+        let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
+        // Without a fold launch, the kernel adds into a residual (`resid`); with one, the fold does.
+        let l = outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part_ptr).ptr(counters);
+        self.submit(l.i32((resid && !fold_apart) as i32));
         if let Some(part) = part.filter(|_| fold_apart) {
             let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
-            self.submit(outputs(l).i32(num_chunks as i32));
+            self.submit(outputs(l).i32(num_chunks as i32).i32(resid as i32));
         }
     }
 }
@@ -423,23 +433,22 @@ impl LinearOps for CudaBackend {
     /// gate|up and the SwiGLU as one launch of the split CUDA-core kernel where it applies
     /// (`swiglu_fuses`: a quantized model's decode and verify steps), else apart: the same bits.
     fn linear_swiglu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, out: &mut CudaTensor) {
-        if !self.swiglu_fuses(x, gate, up) {
-            return plumb_core::swiglu_apart(self, x, gate, up, out);
-        }
-        assert_eq!(
-            (x.cols, out.rows, out.cols),
-            (gate.cols, x.rows, gate.rows),
-            "swiglu `{}`: shape mismatch",
-            gate.name
-        );
-        assert_eq!(x.padded_rows, out.padded_rows, "swiglu `{}`: padded rows differ", gate.name);
-        if x.padded_rows == 0 || gate.rows == 0 {
-            return;
-        }
-        for w in [gate, up] {
-            self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
-        }
-        self.linear_cuda_cores_launch(x, &[gate, up], &mut [out], true);
+        self.fused_swiglu(x, None, gate, up, out);
+    }
+
+    /// acc += x · wᵀ with the add in the product's store where the kernel takes it (ops_fused.rs).
+    fn linear_add(&self, x: &CudaTensor, w: &CudaWeight, acc: &mut CudaTensor) {
+        self.fused_linear_add(x, w, acc);
+    }
+
+    /// The products of rms_norm(x), the norm inside the split kernel's blocks where it applies.
+    fn norm_linear_multi(&self, x: &CudaTensor, norm: (&CudaWeight, f32), ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+        self.fused_norm_linear(x, norm, ws, outs);
+    }
+
+    /// `linear_swiglu` of rms_norm(x), the norm inside the split kernel's blocks where it applies.
+    fn norm_linear_swiglu(&self, x: &CudaTensor, norm: (&CudaWeight, f32), gate: &CudaWeight, up: &CudaWeight, out: &mut CudaTensor) {
+        self.fused_swiglu(x, Some(norm), gate, up, out);
     }
 
     fn embed(&self, ids: &[u32], table: &CudaWeight, out: &mut CudaTensor) {

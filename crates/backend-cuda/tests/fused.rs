@@ -1,6 +1,8 @@
 //! Fused launches give the bits of their parts run apart (GPU.md, "Tests that keep it so"):
 //! weights of one input run together (`linear_multi`), the residual add with the norm that reads
-//! it (`add_rms_norm`), and gate|up with the SwiGLU (`linear_swiglu`).
+//! it (`add_rms_norm`), gate|up with the SwiGLU (`linear_swiglu`), the residual add in the store of
+//! the product it adds (`linear_add`) and the norm inside the products that read it
+//! (`norm_linear_multi`, `norm_linear_swiglu`).
 
 #[path = "support/device.rs"]
 mod device;
@@ -116,4 +118,75 @@ fn the_fused_swiglu_gives_the_bits_of_the_products_and_silu_mul_apart() {
         }
     }
     eprintln!("linear_swiglu: the bits of its products and silu_mul apart");
+}
+
+#[test]
+fn the_residual_add_in_the_store_gives_the_bits_of_linear_then_add() {
+    let Some(b) = device::backend("linear_add") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xacc);
+    // `linear_add` adds o's and down's products into the residual as the kernels store them: the
+    // split and whole CUDA-core kernels, and the TMA kernel whole-K, folding a split K in its last
+    // block (up to four rows) and in `fold_chunks` (more). Every element must equal `linear` then
+    // `add`, rows past every kernel's tile included.
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16] {
+        for (n, k) in [(576usize, 1536usize), (200, 4096), (96, 14336)] {
+            let w = weight(&b, &mut rng, ty, n, k);
+            for m in [1, 3, 5, 16, 17, 33, 64, 65, 300] {
+                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+                let h = activations(&mut rng, m, n, Spread::Cancelling);
+                let (mut fused, mut apart) = (b.upload(&h, m, n), b.upload(&h, m, n));
+                b.linear_add(&x, &w, &mut fused);
+                plumb_core::linear_add_apart(&b, &x, &w, &mut apart);
+                let (got, want) = (b.download(&fused), b.download(&apart));
+                assert!(want.iter().all(|v| v.is_finite()), "{ty} {n}x{k}, {m} rows: non-finite output");
+                assert_same_bits(&got, &want, &|| format!("{ty} {n}x{k}, {m} rows: the add in the store"));
+            }
+        }
+    }
+    eprintln!("linear_add: the bits of linear then add");
+}
+
+#[test]
+fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
+    let Some(b) = device::backend("norm_linear") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x90a);
+    // `norm_linear_multi` and `norm_linear_swiglu` compute rms_norm(x) inside the split kernel's
+    // blocks as they read x (up to 64 rows, in blocks of 16): every output must equal `rms_norm`
+    // then the products (and the SwiGLU), for K below, at and past the norm's 256 threads'
+    // columns, rows past a block's 16 and past the split kernel's 64 (apart), and the tensor-core
+    // format last (apart: its products read the norm's rounded copy).
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::F32, GgmlType::BF16] {
+        for (widths, k) in [([576usize, 192, 192], 576usize), ([300, 260, 8], 4096), ([40, 24, 64], 8448)] {
+            if !k.is_multiple_of(ty.info().expect("a weight type").block_elems) {
+                continue;
+            }
+            let ws: Vec<_> = widths.iter().map(|&n| weight(&b, &mut rng, ty, n, k)).collect();
+            let norm = norm_weight(&b, &mut rng, k);
+            for m in [1, 3, 16, 17, 64, 65] {
+                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+                let refs: Vec<_> = ws.iter().collect();
+                let mut fused: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
+                b.norm_linear_multi(&x, (&norm, 1e-5), &refs, &mut fused.iter_mut().collect::<Vec<_>>());
+                let mut apart: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
+                plumb_core::norm_linear_apart(&b, &x, (&norm, 1e-5), &refs, &mut apart.iter_mut().collect::<Vec<_>>());
+                for (i, (f, a)) in fused.iter().zip(&apart).enumerate() {
+                    let (got, want) = (b.download(f), b.download(a));
+                    assert!(want.iter().all(|v| v.is_finite()), "{ty} {widths:?}x{k}, {m} rows: non-finite output");
+                    assert_same_bits(&got, &want, &|| format!("{ty} {widths:?}x{k}, {m} rows: weight {i} after the norm"));
+                }
+                let (gate, up) = (&ws[0], &ws[1]);
+                if gate.rows != up.rows {
+                    continue;
+                }
+                let (mut fused, mut apart) = (b.tensor(m, gate.rows), b.tensor(m, gate.rows));
+                b.norm_linear_swiglu(&x, (&norm, 1e-5), gate, up, &mut fused);
+                let normed = plumb_core::norm_apart(&b, &x, (&norm, 1e-5));
+                plumb_core::swiglu_apart(&b, &normed, gate, up, &mut apart);
+                assert_same_bits(&b.download(&fused), &b.download(&apart), &|| {
+                    format!("{ty} {widths:?}x{k}, {m} rows: the SwiGLU after the norm")
+                });
+            }
+        }
+    }
+    eprintln!("norm_linear_multi, norm_linear_swiglu: the bits of the norm apart");
 }

@@ -295,6 +295,44 @@ pub trait LinearOps: Backend {
     {
         swiglu_apart(self, x, gate, up, out);
     }
+    /// A residual add of a product: acc += x · wᵀ, which a backend may fold into the product's
+    /// store. The bits must be those of `linear` then `add` ([`linear_add_apart`]).
+    fn linear_add(&self, x: &Self::Tensor, w: &Self::Weight, acc: &mut Self::Tensor)
+    where
+        Self: ElementwiseOps,
+    {
+        linear_add_apart(self, x, w, acc);
+    }
+    /// Products of a normalized input: outs[i] = rms_norm(x) · ws[i]ᵀ (`norm`: the norm's weight
+    /// and epsilon), which a backend may run with the norm computed inside the products' launch.
+    /// The bits must be those of `rms_norm` then `linear_multi` ([`norm_linear_apart`]).
+    fn norm_linear_multi(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        ws: &[&Self::Weight],
+        outs: &mut [&mut Self::Tensor],
+    ) where
+        Self: ElementwiseOps,
+    {
+        let normed = norm_apart(self, x, norm);
+        self.linear_multi(&normed, ws, outs);
+    }
+    /// `linear_swiglu` of rms_norm(x), which a backend may run as one launch. The bits must be
+    /// those of `rms_norm` then `linear_swiglu`.
+    fn norm_linear_swiglu(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        out: &mut Self::Tensor,
+    ) where
+        Self: ElementwiseOps,
+    {
+        let normed = norm_apart(self, x, norm);
+        self.linear_swiglu(&normed, gate, up, out);
+    }
     /// Independent products (the experts of a MoE layer): outs[i] = xs[i] · ws[i]ᵀ. A fast
     /// backend runs them as one launch; each output is computed exactly as `linear` computes it.
     fn linear_batched(&self, xs: &[&Self::Tensor], ws: &[&Self::Weight], outs: &mut [&mut Self::Tensor]) {
@@ -324,6 +362,33 @@ pub fn swiglu_apart<B: LinearOps + ElementwiseOps + ?Sized>(
     let (mut g, mut u) = (b.tensor(n, gate.rows()), b.tensor(n, up.rows()));
     b.linear_multi(x, &[gate, up], &mut [&mut g, &mut u]);
     b.silu_mul(&g, &u, out);
+}
+
+/// `linear_add` as its parts: the product into a tensor of its own, then `add`.
+pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, w: &B::Weight, acc: &mut B::Tensor) {
+    let mut out = b.tensor(x.rows(), w.rows());
+    b.linear(x, w, &mut out);
+    b.add(acc, &out);
+}
+
+/// rms_norm(x) with `norm`'s weight and epsilon, into a tensor of its own: the first part of
+/// `norm_linear_multi` and `norm_linear_swiglu` apart.
+pub fn norm_apart<B: ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, norm: (&B::Weight, f32)) -> B::Tensor {
+    let mut normed = b.tensor(x.rows(), x.cols());
+    b.rms_norm(x, norm.0, norm.1, &mut normed);
+    normed
+}
+
+/// `norm_linear_multi` as its parts: `rms_norm`, then `linear_multi`.
+pub fn norm_linear_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    norm: (&B::Weight, f32),
+    ws: &[&B::Weight],
+    outs: &mut [&mut B::Tensor],
+) {
+    let normed = norm_apart(b, x, norm);
+    b.linear_multi(&normed, ws, outs);
 }
 
 /// Normalization and element-wise ops.

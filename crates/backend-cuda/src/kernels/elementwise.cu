@@ -3,6 +3,8 @@
 // shape never depends on the number of rows (one block or thread per row or element).
 
 #define NORM_THREADS 256
+// linear.cu's split kernel computes this norm inside its blocks with these threads' arithmetic.
+static_assert(NORM_THREADS == LIN_NORM_THREADS, "linear.cu's norm_rows takes rms_norm's threads");
 // Columns a thread loads before it computes with any of them (a batch): rows of up to
 // NORM_THREADS * NORM_BATCH columns take one round trip to memory a pass.
 #define NORM_BATCH 16

@@ -32,9 +32,21 @@ __device__ __forceinline__ T pick3(int s, T a, T b, T c) {
     return s == 0 ? a : s == 1 ? b : c;
 }
 
+// An output element, or with `resid` (`linear_add`) its sum with the element already there, the
+// residual the product is added into: `add`'s arithmetic (elementwise.cu), by the one thread that
+// owns the element, so no other reads it meanwhile.
+__device__ __forceinline__ void store_out(float* o, float y, int resid) {
+    *o = resid ? __fadd_rn(*o, y) : y;
+}
+
+// rms_norm's threads (NORM_THREADS in elementwise.cu, which checks the two agree): a norm computed
+// inside a `linear_split` block (`norm_rows`) takes their columns and their order.
+#define LIN_NORM_THREADS 256
+
 template <int TY>
 __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
-                                            float* __restrict__ out, int num_rows, int n_out, int k_in, int bx) {
+                                            float* __restrict__ out, int num_rows, int n_out, int k_in, int bx,
+                                            int resid) {
     __shared__ float xs[LIN_ROWS][LIN_KC];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int m = bx * LIN_WARPS + warp;
@@ -74,7 +86,7 @@ __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u
     if (m < n_out && lane == 0) {
 #pragma unroll
         for (int r = 0; r < LIN_ROWS; r++) {
-            if (r < rows) out[(u64)(r0 + r) * n_out + m] = acc[r];
+            if (r < rows) store_out(out + (u64)(r0 + r) * n_out + m, acc[r], resid);
         }
     }
 }
@@ -134,12 +146,44 @@ __device__ __forceinline__ void stage_chunk(u8* dst, const u8* __restrict__ src,
     __syncwarp();
 }
 
+// rms_norm's 1 / sqrt(mean of squares + eps) of `rows` rows of x into inv[], inside a block of
+// LIN_NORM_THREADS threads or more, with the norm kernel's arithmetic (elementwise.cu's
+// rms_norm_one and norm_inv): its thread t is this block's thread t, summing the squares of columns
+// t, t + 256, ... in one fmaf chain; warps reduce by the xor butterfly; the eight warp sums fold
+// left in warp order. So `linear_split` computes rms_norm's outputs bit for bit as it reads x.
+__device__ __forceinline__ void norm_rows(const float* __restrict__ x, int rows, int cols, float eps,
+                                          float* inv, int warp, int lane) {
+    __shared__ float sums[LIN_ROWS][LIN_NORM_THREADS / 32];
+    if (warp < LIN_NORM_THREADS / 32) {
+        for (int r = 0; r < rows; r++) {
+            const float* xr = x + (u64)r * cols;
+            float s = 0.0f;
+            for (int j = warp * 32 + lane; j < cols; j += LIN_NORM_THREADS) s = fmaf(xr[j], xr[j], s);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+            if (lane == 0) sums[r][warp] = s;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < rows) {
+        const int r = threadIdx.x;
+        float total = sums[r][0];
+#pragma unroll
+        for (int i = 1; i < LIN_NORM_THREADS / 32; i++) total = __fadd_rn(total, sums[r][i]);
+        inv[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    }
+    __syncthreads();
+}
+
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
-                                                  int k_in, int bx, int staged, const u8* __restrict__ w_up) {
+                                                  int k_in, int bx, int staged, const u8* __restrict__ w_up,
+                                                  const float* __restrict__ nw, float eps, int resid) {
     // [task][row]: task f * chunks + c of feature f (with `w_up`, features LIN_SPLIT_FEAT.. are up's).
     __shared__ float part[LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
+    // With `nw`: each row's 1 / rms (norm_rows).
+    __shared__ float inv[LIN_ROWS];
     __shared__ __align__(16) u8 stage[LIN_SPLIT_MAX_WARPS][LIN_STAGE_BYTES];
     constexpr int CB = chunk_bytes<TY>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -165,6 +209,7 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     const bool early = EARLY_WEIGHTS && CB > 0 && staged;
     if (early && warp < tasks) stage_task(warp);
     PDL_WAIT();
+    if (nw) norm_rows(x + (u64)r0 * k_in, rows, k_in, eps, inv, warp, lane);
     for (int t = warp; t < tasks; t += blockDim.x / 32) {
         const int c = t % num_chunks;
         const int c0 = c * LIN_KC;
@@ -193,7 +238,8 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
 #pragma unroll
             for (int j = 0; j < LIN_KC / 32; j++) {
                 int kk = j * 32 + lane;
-                xv[j] = kk < clen ? xr[kk] : 0.0f;
+                // With `nw`, rms_norm's output element as that kernel computes it.
+                xv[j] = kk >= clen ? 0.0f : nw ? __fmul_rn(__fmul_rn(xr[kk], inv[r]), nw[c0 + kk]) : xr[kk];
             }
             float s = 0.0f;
 #pragma unroll
@@ -220,7 +266,7 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
             const float g = y;
             y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), fold(LIN_SPLIT_FEAT + f, r));
         }
-        out[(u64)(r0 + r) * n_out + m] = y;
+        store_out(out + (u64)(r0 + r) * n_out + m, y, resid);
     }
 }
 
@@ -241,17 +287,20 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
                       float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
-                      int glu) {                                                                              \
+                      int glu, const float* nw, float eps, int resid) {                                        \
         PDL_ENTRY();                                                                                          \
-        (void)staged; (void)glu; /* the split kernel's switches: both take one argument list */              \
+        /* the split kernel's switches (both take one argument list): never set for this one */              \
+        (void)staged; (void)glu; (void)nw; (void)eps;                                                         \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
-        linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u);                                      \
+        linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                               \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu) { PDL_LAUNCH();  \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu, const float* nw,  \
+        float eps, int resid) { PDL_LAUNCH();                                                                 \
         LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
-        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr);    \
+        linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr, nw, \
+                              eps, resid);                                                                    \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \

@@ -194,7 +194,7 @@ template <int N, int FT, int SPC, int CL>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
-                                           float* __restrict__ part, u32* __restrict__ counters) {
+                                           float* __restrict__ part, u32* __restrict__ counters, int resid) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
@@ -360,7 +360,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 #pragma unroll
             for (int e = 0; e < NW / 2; e++) {
                 const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
-                if (own && m < n_out && n < num_rows) out[(u64)n * n_out + m] = acc[e];
+                if (own && m < n_out && n < num_rows) store_out(out + (u64)n * n_out + m, acc[e], resid);
             }
             continue;
         }
@@ -378,7 +378,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             const int n = j / FT, m = sg.u * FT + j % FT;
             if (m >= n_out) continue;
             const int f_all = pick3(sg.s, 0, n0, n0 + n1);
-            out[(u64)n * n_out + m] = fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks);
+            store_out(out + (u64)n * n_out + m,
+                      fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks), resid);
         }
         if (threadIdx.x == 0) counters[ft] = 0;
     }
@@ -388,16 +389,17 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 
 // The fold of a split K's chunk partials ([chunk][row][feature], the features of up to three
 // weights end to end as `linear_tma` writes them) in ascending chunk order, one thread per
-// output element: the left fold the unsplit kernels keep in registers.
+// output element: the left fold the unsplit kernels keep in registers (added into the output with
+// `resid`, as `linear_tma` does).
 extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* out0, float* out1, float* out2,
-                                       int num_rows, int n0, int n1, int n2, int num_chunks) {
+                                       int num_rows, int n0, int n1, int n2, int num_chunks, int resid) {
     PDL_ENTRY();
     const u64 n_all = (u64)(n0 + n1 + n2), i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)num_rows * n_all) return;
     const int row = (int)(i / n_all);
     const Seg sg = seg_of((int)(i % n_all), 1, n0, n1);
-    pick3(sg.s, out0, out1, out2)[(u64)row * pick3(sg.s, n0, n1, n2) + sg.u] =
-        fold_column(part + i, (u64)num_rows * n_all, num_chunks);
+    store_out(pick3(sg.s, out0, out1, out2) + (u64)row * pick3(sg.s, n0, n1, n2) + sg.u,
+              fold_column(part + i, (u64)num_rows * n_all, num_chunks), resid);
 }
 
 // One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
@@ -409,10 +411,10 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters) {                                                                              \
+        u32* __restrict__ counters, int resid) {                                                                   \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
         linear_tma<N, FT, SPC, CL>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,          \
-                               chunks_per_split, part, counters);                                                  \
+                                   chunks_per_split, part, counters, resid);                                       \
     }
 #define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
     LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \

@@ -73,12 +73,67 @@ impl<B: FullBackend> Attention<B> {
         layer: usize,
         trace: &mut Option<Trace<'_, B>>,
     ) -> B::Tensor {
-        let n = x.rows();
-        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let mut q = b.tensor(n, h * d);
-        let mut k = b.tensor(n, kvh * d);
-        let mut v = b.tensor(n, kvh * d);
+        let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
         b.linear_multi(x, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
+        let attn = self.attend(b, [q, k, v], rope, batch, kv, layer, trace);
+        let mut out = b.tensor(attn.rows(), self.o_proj.rows());
+        b.linear(&attn, &self.o_proj, &mut out);
+        if let Some(bias) = &self.biases[3] {
+            b.add_bias(&mut out, bias);
+        }
+        out
+    }
+
+    /// x += `forward`(rms_norm(x)) (`norm`: the layer's input norm weight and epsilon), with the
+    /// norm inside the q|k|v products (`norm_linear_multi`) and the add inside o's (`linear_add`,
+    /// where o has no bias), for a backend that fuses them: the bits of `rms_norm`, `forward` and
+    /// `add` apart. Untraced steps only (the trace wants the normed input).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_residual(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        norm: (&B::Weight, f32),
+        rope: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+    ) {
+        let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
+        b.norm_linear_multi(x, norm, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
+        let attn = self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None);
+        match &self.biases[3] {
+            None => b.linear_add(&attn, &self.o_proj, x),
+            Some(bias) => {
+                let mut out = b.tensor(attn.rows(), self.o_proj.rows());
+                b.linear(&attn, &self.o_proj, &mut out);
+                b.add_bias(&mut out, bias);
+                b.add(x, &out);
+            }
+        }
+    }
+
+    /// Empty q, k and v for `n` rows.
+    fn qkv_tensors(&self, b: &B, n: usize) -> [B::Tensor; 3] {
+        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        [b.tensor(n, h * d), b.tensor(n, kvh * d), b.tensor(n, kvh * d)]
+    }
+
+    /// From the projected q, k and v to the attention output (before o): biases, the QK norm,
+    /// RoPE and the K/V store, then attention over the cache.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        b: &B,
+        [mut q, mut k, mut v]: [B::Tensor; 3],
+        rope: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let n = q.rows();
+        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         for (t, bias) in [&mut q, &mut k, &mut v].into_iter().zip(&self.biases) {
             if let Some(bias) = bias {
                 b.add_bias(t, bias);
@@ -107,11 +162,6 @@ impl<B: FullBackend> Attention<B> {
         if let Some(t) = trace {
             t("attn_out", Some(layer), &attn);
         }
-        let mut out = b.tensor(n, self.o_proj.rows());
-        b.linear(&attn, &self.o_proj, &mut out);
-        if let Some(bias) = &self.biases[3] {
-            b.add_bias(&mut out, bias);
-        }
-        out
+        attn
     }
 }

@@ -70,6 +70,44 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         outs
     }
 
+    /// x += `forward`(rms_norm(x)) (`norm`: the norm's weight and epsilon), with the norm inside
+    /// the gate|up products and the SwiGLU (`norm_linear_swiglu`, where gate and up have no bias)
+    /// and the add inside down's (`linear_add`, where down has none), for a backend that fuses
+    /// them: the bits of `rms_norm`, `forward` and `add` apart. Untraced steps only.
+    pub fn forward_residual(&self, b: &B, x: &mut B::Tensor, norm: (&B::Weight, f32)) {
+        let n = x.rows();
+        let mut act = b.tensor(n, self.gate_proj.rows());
+        if self.biases[0].is_none() && self.biases[1].is_none() {
+            b.norm_linear_swiglu(x, norm, &self.gate_proj, &self.up_proj, &mut act);
+        } else {
+            let normed = plumb_core::norm_apart(b, x, norm);
+            self.gate_up_biased(b, &normed, &mut act);
+        }
+        match &self.biases[2] {
+            None => b.linear_add(&act, &self.down_proj, x),
+            Some(bias) => {
+                let mut out = b.tensor(n, self.down_proj.rows());
+                b.linear(&act, &self.down_proj, &mut out);
+                b.add_bias(&mut out, bias);
+                b.add(x, &out);
+            }
+        }
+    }
+
+    /// silu(gate(x) + gate bias) · (up(x) + up bias) into act, the biases as the checkpoint has them.
+    fn gate_up_biased(&self, b: &B, x: &B::Tensor, act: &mut B::Tensor) {
+        let n = x.rows();
+        let mut gate = b.tensor(n, self.gate_proj.rows());
+        let mut up = b.tensor(n, self.up_proj.rows());
+        b.linear_multi(x, &[&self.gate_proj, &self.up_proj], &mut [&mut gate, &mut up]);
+        for (t, bias) in [&mut gate, &mut up].into_iter().zip(&self.biases) {
+            if let Some(bias) = bias {
+                b.add_bias(t, bias);
+            }
+        }
+        b.silu_mul(&gate, &up, act);
+    }
+
     /// x: [num_rows, hidden] → [num_rows, hidden].
     pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
         let n = x.rows();
@@ -78,15 +116,7 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
             // The products and the SwiGLU that reads them: one launch where the backend fuses them.
             b.linear_swiglu(x, &self.gate_proj, &self.up_proj, &mut act);
         } else {
-            let mut gate = b.tensor(n, self.gate_proj.rows());
-            let mut up = b.tensor(n, self.up_proj.rows());
-            b.linear_multi(x, &[&self.gate_proj, &self.up_proj], &mut [&mut gate, &mut up]);
-            for (t, bias) in [&mut gate, &mut up].into_iter().zip(&self.biases) {
-                if let Some(bias) = bias {
-                    b.add_bias(t, bias);
-                }
-            }
-            b.silu_mul(&gate, &up, &mut act);
+            self.gate_up_biased(b, x, &mut act);
         }
         if let Some(t) = trace {
             t("ffn_act", Some(layer), &act);
