@@ -6,19 +6,40 @@
 //! arithmetic of the op it replaces (kernels/linear.cu), so the bits of the ops apart. Where none
 //! takes it, the ops run apart.
 
+use crate::kv::CudaKvCache;
+use crate::ops::rope_qk_half;
 use crate::ops_linear::{LIN_SPLIT_FEAT, LIN_SPLIT_MAX_CHUNKS, splits_k};
 use crate::{CudaBackend, CudaTensor, CudaWeight};
-use plumb_core::{Backend, ElementwiseOps, linear_add_apart, norm_apart, norm_linear_apart, swiglu_apart};
+use plumb_core::{
+    AttentionOps, Backend, ElementwiseOps, ForwardBatch, KvStore, linear_add_apart, norm_apart, norm_linear_apart,
+    swiglu_apart,
+};
 use std::sync::atomic::Ordering;
 
 /// The neighbours' work a `linear` launch takes (kernels/linear.cu, linear_tma.cu): a SwiGLU of
 /// its two products (`glu`), an RMSNorm of its input (`norm`: the norm weight's device pointer and
-/// epsilon) and an add into its output's previous contents (`resid`).
+/// epsilon), an add into its output's previous contents (`resid`), and RoPE of q|k with the K/V
+/// store after a q|k|v launch (`rope`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Fuse {
     pub glu: bool,
     pub norm: Option<(u64, f32)>,
     pub resid: bool,
+    pub rope: Option<QkvRope>,
+}
+
+/// The RoPE and K/V store arguments of a q|k|v split launch (`QkvRope` in kernels/linear.cu): the
+/// step's cos/sin table, each row's cache slot, the layer's K and V caches, the store's code,
+/// the rotated pairs and the head size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct QkvRope {
+    pub table: u64,
+    pub slots: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub store: i32,
+    pub half: i32,
+    pub head_dim: i32,
 }
 
 impl CudaBackend {
@@ -108,7 +129,7 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         let norm = norm.map(|(w, eps)| (w.dense_ptr.expect("checked by norm_fuses"), eps));
-        self.linear_cuda_cores(x, &[gate, up], &mut [out], Fuse { glu: true, norm, resid: false });
+        self.linear_cuda_cores(x, &[gate, up], &mut [out], Fuse { glu: true, norm, ..Fuse::default() });
     }
 
     /// `linear_add`: the add in the product's store on every kernel but the replaced tensor-core
@@ -118,5 +139,62 @@ impl CudaBackend {
             return linear_add_apart(self, x, w, acc);
         }
         self.linear_group_fused(x, &[w], &mut [acc], None, Fuse { resid: true, ..Fuse::default() });
+    }
+
+    /// `norm_qkv_rope_write_kv`: one split launch of the three products with the norm inside,
+    /// RoPE of q and k and the K/V store in its fold (kernels/linear.cu, `QkvRope`) where the norm
+    /// fuses, the three run as one launch, pairs are adjacent (GGUF's layout; rotate-half pairs sit
+    /// in other blocks) and `PLUMB_CUDA_FUSE_QKV_ROPE` and `PLUMB_CUDA_FUSE_ROPE_KV` are not 0;
+    /// else `norm_linear_multi` then `rope_write_kv`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fused_norm_qkv_rope(
+        &self,
+        x: &CudaTensor,
+        norm: (&CudaWeight, f32),
+        ws: [&CudaWeight; 3],
+        [q, k, v]: [&mut CudaTensor; 3],
+        table: &CudaTensor,
+        kv: &mut CudaKvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        heads: (usize, usize, usize),
+        rotate_half: bool,
+    ) {
+        let (_, num_kv_heads, head_dim) = heads;
+        let len = num_kv_heads * head_dim;
+        let fuses = self.fuse_qkv_rope
+            && self.fuse_rope_kv
+            && self.group_linear
+            && !rotate_half
+            && head_dim > 0
+            && head_dim.is_multiple_of(2)
+            && (kv.spec.num_kv_heads * kv.spec.head_dim, kv.spec.head_dim) == (len, head_dim)
+            && (v.rows, v.cols, v.padded_rows) == (batch.num_rows(), len, table.padded_rows)
+            && (table.rows, x.padded_rows) == (batch.num_rows(), table.padded_rows)
+            && ws.iter().all(|w| w.rows > 0)
+            && self.norm_fuses(x, norm.0, &ws);
+        if !fuses {
+            self.fused_norm_linear(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
+            return self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
+        }
+        let half = rope_qk_half("norm_qkv_rope_write_kv", q, k, table, heads);
+        let slots = self.kv_slots(kv, batch, table.padded_rows);
+        let store = match kv.store {
+            KvStore::F32 => 0,
+            KvStore::F16 => 1,
+            KvStore::Bf16 => 2,
+        };
+        let rope = QkvRope {
+            table: table.ptr(),
+            slots: slots.ptr,
+            k_cache: kv.k_ptrs[layer],
+            v_cache: kv.v_ptrs[layer],
+            store,
+            half: half as i32,
+            head_dim: head_dim as i32,
+        };
+        let fuse =
+            Fuse { norm: Some((norm.0.dense_ptr.expect("checked"), norm.1)), rope: Some(rope), ..Fuse::default() };
+        self.linear_group_fused(x, &ws, &mut [q, k, v], None, fuse);
     }
 }

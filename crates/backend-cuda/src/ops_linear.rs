@@ -209,7 +209,7 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         if ws[0].mma && self.tma.enabled {
-            assert!(!fuse.glu && fuse.norm.is_none(), "linear_tma: fuses only a residual add");
+            assert!(!fuse.glu && fuse.norm.is_none() && fuse.rope.is_none(), "linear_tma: fuses only a residual add");
             self.linear_tma(x, ws, outs, rounded, fuse.resid);
         } else if ws[0].mma {
             assert!(fuse == Fuse::default(), "linear_mma: fuses nothing");
@@ -225,12 +225,23 @@ impl CudaBackend {
     /// `linear` on the f32 CUDA-core kernels (kernels/linear.cu), every format but tensor-core bf16;
     /// with `fuse.glu`, ws = [gate, up] and outs = [silu(gate) · up] (on the split kernel, as a
     /// norm is: `Fuse`).
-    pub(crate) fn linear_cuda_cores(&self, x: &CudaTensor, ws: &[&CudaWeight], outs: &mut [&mut CudaTensor], fuse: Fuse) {
+    pub(crate) fn linear_cuda_cores(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+        fuse: Fuse,
+    ) {
         let glu = fuse.glu;
         let w = ws[0];
         let chunks = w.cols.div_ceil(256);
         let split = splits_k(x.padded_rows, w.cols);
-        assert!(split || !glu && fuse.norm.is_none(), "linear `{}`: only the split kernel fuses a norm or a SwiGLU", w.name);
+        let rope = fuse.rope;
+        assert!(
+            split || !glu && fuse.norm.is_none() && rope.is_none(),
+            "linear `{}`: only the split kernel fuses a norm, a SwiGLU or RoPE",
+            w.name
+        );
         // A SwiGLU block takes both weights' tasks of its features.
         let (feat, held) = (LIN_SPLIT_FEAT, if glu { 2 * chunks } else { chunks });
         let (kernel, features) = if split { (&w.kernels[1], feat) } else { (&w.kernels[0], LIN_WARPS) };
@@ -267,7 +278,14 @@ impl CudaBackend {
                 .i32(glu as i32)
                 .ptr(fuse.norm.map_or(0, |n| n.0))
                 .f32(fuse.norm.map_or(0.0, |n| n.1))
-                .i32(fuse.resid as i32),
+                .i32(fuse.resid as i32)
+                .ptr(rope.map_or(0, |r| r.table))
+                .ptr(rope.map_or(0, |r| r.slots))
+                .ptr(rope.map_or(0, |r| r.k_cache))
+                .ptr(rope.map_or(0, |r| r.v_cache))
+                .i32(rope.map_or(0, |r| r.store))
+                .i32(rope.map_or(0, |r| r.half))
+                .i32(rope.map_or(0, |r| r.head_dim)),
         );
     }
 
@@ -442,12 +460,25 @@ impl LinearOps for CudaBackend {
     }
 
     /// The products of rms_norm(x), the norm inside the split kernel's blocks where it applies.
-    fn norm_linear_multi(&self, x: &CudaTensor, norm: (&CudaWeight, f32), ws: &[&CudaWeight], outs: &mut [&mut CudaTensor]) {
+    fn norm_linear_multi(
+        &self,
+        x: &CudaTensor,
+        norm: (&CudaWeight, f32),
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+    ) {
         self.fused_norm_linear(x, norm, ws, outs);
     }
 
     /// `linear_swiglu` of rms_norm(x), the norm inside the split kernel's blocks where it applies.
-    fn norm_linear_swiglu(&self, x: &CudaTensor, norm: (&CudaWeight, f32), gate: &CudaWeight, up: &CudaWeight, out: &mut CudaTensor) {
+    fn norm_linear_swiglu(
+        &self,
+        x: &CudaTensor,
+        norm: (&CudaWeight, f32),
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        out: &mut CudaTensor,
+    ) {
         self.fused_swiglu(x, Some(norm), gate, up, out);
     }
 

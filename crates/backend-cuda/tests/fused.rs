@@ -6,6 +6,8 @@
 
 #[path = "support/device.rs"]
 mod device;
+#[path = "support/kv.rs"]
+mod kv;
 #[path = "support/rows.rs"]
 mod rows;
 
@@ -172,7 +174,9 @@ fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
                 for (i, (f, a)) in fused.iter().zip(&apart).enumerate() {
                     let (got, want) = (b.download(f), b.download(a));
                     assert!(want.iter().all(|v| v.is_finite()), "{ty} {widths:?}x{k}, {m} rows: non-finite output");
-                    assert_same_bits(&got, &want, &|| format!("{ty} {widths:?}x{k}, {m} rows: weight {i} after the norm"));
+                    assert_same_bits(&got, &want, &|| {
+                        format!("{ty} {widths:?}x{k}, {m} rows: weight {i} after the norm")
+                    });
                 }
                 let (gate, up) = (&ws[0], &ws[1]);
                 if gate.rows != up.rows {
@@ -189,4 +193,79 @@ fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
         }
     }
     eprintln!("norm_linear_multi, norm_linear_swiglu: the bits of the norm apart");
+}
+
+#[test]
+fn rope_and_the_kv_store_in_the_qkv_launch_give_the_bits_of_the_ops_apart() {
+    use plumb_core::{AttentionOps, ForwardBatch, KvStore, RopeOps};
+    let Some(b) = device::backend("norm_qkv_rope_write_kv") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x40be);
+    // `norm_qkv_rope_write_kv` runs q|k|v of rms_norm(x) as one split launch that rotates q and k
+    // and stores k and v at their slots as it folds (GGUF's adjacent pairs; rotate-half apart): q,
+    // k and v and the caches must equal `norm_linear_multi` then `rope_write_kv`, for one row and
+    // for lanes of several, every store, a whole and a partial rotation.
+    let (heads, kv_heads, hd, hidden) = (9, 3, 64, 576);
+    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    for lens in [&[1usize][..], &[5, 17, 40]] {
+        let (lanes, spec) = kv::scrambled_lanes(lens, 16, 7, kv_heads, hd);
+        let mut batch = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
+        for (lane, &len) in lens.iter().enumerate() {
+            for pos in 0..len {
+                batch.push_row(lane, 0, pos);
+            }
+        }
+        let rows = batch.num_rows();
+        for store in [KvStore::F32, KvStore::F16, KvStore::Bf16] {
+            b.set_kv_store(store);
+            for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16] {
+                for (rot, rotate_half) in [(32, false), (24, false), (32, true)] {
+                    let what =
+                        format!("{} KV, {ty}, {rows} rows, {rot} pairs, rotate_half {rotate_half}", store.name());
+                    let ws = [
+                        weight(&b, &mut rng, ty, heads * hd, hidden),
+                        weight(&b, &mut rng, ty, kv_heads * hd, hidden),
+                        weight(&b, &mut rng, ty, kv_heads * hd, hidden),
+                    ];
+                    let norm = norm_weight(&b, &mut rng, hidden);
+                    let inv_freq: Vec<f64> =
+                        (0..rot).map(|i| 1.0 / 10_000f64.powf(2.0 * i as f64 / hd as f64)).collect();
+                    let table = b.rope_table(&batch.positions, &inv_freq);
+                    let x = b.upload(&activations(&mut rng, rows, hidden, Spread::DynamicRange), rows, hidden);
+                    let outs =
+                        || [b.tensor(rows, heads * hd), b.tensor(rows, kv_heads * hd), b.tensor(rows, kv_heads * hd)];
+                    let heads3 = (heads, kv_heads, hd);
+                    let ([mut q1, mut k1, mut v1], mut fused) = (outs(), b.new_kv_cache(&spec));
+                    let wr = [&ws[0], &ws[1], &ws[2]];
+                    let n = (&norm, 1e-5);
+                    b.norm_qkv_rope_write_kv(
+                        &x,
+                        n,
+                        wr,
+                        [&mut q1, &mut k1, &mut v1],
+                        &table,
+                        &mut fused,
+                        0,
+                        &batch,
+                        heads3,
+                        rotate_half,
+                    );
+                    let ([mut q2, mut k2, mut v2], mut apart) = (outs(), b.new_kv_cache(&spec));
+                    plumb_core::norm_linear_apart(&b, &x, n, &wr, &mut [&mut q2, &mut k2, &mut v2]);
+                    b.rope_write_kv(&mut q2, &mut k2, &v2, &table, &mut apart, 0, &batch, heads3, rotate_half);
+                    assert!(b.download(&q2).iter().all(|v| v.is_finite()), "{what}: non-finite q");
+                    assert_eq!(bits(&q1), bits(&q2), "{what}: q differs");
+                    assert_eq!(bits(&k1), bits(&k2), "{what}: k differs");
+                    assert_eq!(bits(&v1), bits(&v2), "{what}: v differs");
+                    // Every row attends over every position its lane wrote: the caches read back the same.
+                    let (mut a, mut c) = (b.tensor(rows, heads * hd), b.tensor(rows, heads * hd));
+                    b.attention(&q2, &apart, 0, &batch, heads, 0.125, &mut a);
+                    b.attention(&q2, &fused, 0, &batch, heads, 0.125, &mut c);
+                    let (a, c) = (b.download(&a), b.download(&c));
+                    assert!(a.iter().all(|v| v.is_finite()), "{what}: non-finite attention");
+                    assert!(a.iter().zip(&c).all(|(p, r)| p.to_bits() == r.to_bits()), "{what}: the caches differ");
+                }
+            }
+        }
+    }
+    eprintln!("norm_qkv_rope_write_kv: the bits of the products, RoPE and the K/V store apart");
 }

@@ -365,7 +365,12 @@ pub fn swiglu_apart<B: LinearOps + ElementwiseOps + ?Sized>(
 }
 
 /// `linear_add` as its parts: the product into a tensor of its own, then `add`.
-pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, w: &B::Weight, acc: &mut B::Tensor) {
+pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    acc: &mut B::Tensor,
+) {
     let mut out = b.tensor(x.rows(), w.rows());
     b.linear(x, w, &mut out);
     b.add(acc, &out);
@@ -482,6 +487,28 @@ pub trait AttentionOps: Backend {
         let (num_heads, num_kv_heads, head_dim) = heads;
         self.rope_qk(q, k, table, num_heads, num_kv_heads, head_dim, rotate_half);
         self.write_kv(kv, layer, k, v, batch);
+    }
+    /// The q, k and v products of rms_norm(x) (`norm`: its weight and epsilon; `ws`: q's, k's and
+    /// v's weights), then `rope_write_kv` of them: one launch on a backend that fuses them, with
+    /// the bits of `norm_linear_multi` then `rope_write_kv`.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_qkv_rope_write_kv(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        ws: [&Self::Weight; 3],
+        [q, k, v]: [&mut Self::Tensor; 3],
+        table: &Self::Tensor,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        heads: (usize, usize, usize),
+        rotate_half: bool,
+    ) where
+        Self: LinearOps + ElementwiseOps + RopeOps,
+    {
+        self.norm_linear_multi(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
+        self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
     }
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
     /// q: [num_rows, num_heads · head_dim] → out: same shape. `scale` multiplies the scores; it is

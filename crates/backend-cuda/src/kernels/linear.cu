@@ -39,6 +39,18 @@ __device__ __forceinline__ void store_out(float* o, float y, int resid) {
     *o = resid ? __fadd_rn(*o, y) : y;
 }
 
+// RoPE of q and k and the K/V store after a q|k|v split launch (`norm_qkv_rope_write_kv`): the
+// step's cos/sin table ([rows][2 * half]), each row's cache slot, the layer's K and V caches in
+// the store `st` (kv_store.cu), `half` rotated pairs of adjacent dims a head of `head_dim`. Off
+// where `table` is null.
+struct QkvRope {
+    const float* table;
+    const u32* slots;
+    u8* kc;
+    u8* vc;
+    int st, half, head_dim;
+};
+
 // rms_norm's threads (NORM_THREADS in elementwise.cu, which checks the two agree): a norm computed
 // inside a `linear_split` block (`norm_rows`) takes their columns and their order.
 #define LIN_NORM_THREADS 256
@@ -179,7 +191,8 @@ template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
                                                   int k_in, int bx, int staged, const u8* __restrict__ w_up,
-                                                  const float* __restrict__ nw, float eps, int resid) {
+                                                  const float* __restrict__ nw, float eps, int resid, int seg,
+                                                  QkvRope rk) {
     // [task][row]: task f * chunks + c of feature f (with `w_up`, features LIN_SPLIT_FEAT.. are up's).
     __shared__ float part[LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
     // With `nw`: each row's 1 / rms (norm_rows).
@@ -266,7 +279,24 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
             const float g = y;
             y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), fold(LIN_SPLIT_FEAT + f, r));
         }
+        if (rk.table && seg < 2) {
+            // q (weight 0) and k (1) rotated as rope_write_kv rotates adjacent pairs (attention.cu),
+            // on the folded products: the pair's other feature is this block's feature f ^ 1.
+            const int d = m % rk.head_dim, p = d / 2;
+            if (p < rk.half) {
+                const float o = fold(f ^ 1, r), x0 = d % 2 ? o : y, x1 = d % 2 ? y : o;
+                const float* tr = rk.table + (u64)(r0 + r) * 2 * rk.half;
+                const float c = tr[p], sn = tr[rk.half + p];
+                y = d % 2 ? __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c))
+                          : __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+            }
+        }
         store_out(out + (u64)(r0 + r) * n_out + m, y, resid);
+        if (rk.table && seg > 0) {
+            // k (rotated) and v (weight 2) at the row's cache slot, as rope_write_kv stores them.
+            const u64 at = (u64)rk.slots[r0 + r] * n_out + m;
+            kv_store_as(rk.st, (seg == 1 ? rk.kc : rk.vc) + at * kv_bytes(rk.st), y);
+        }
     }
 }
 
@@ -287,20 +317,24 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
     extern "C" __global__ void __launch_bounds__(LIN_WARPS * 32)                                              \
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
                       float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
-                      int glu, const float* nw, float eps, int resid) {                                        \
+                      int glu, const float* nw, float eps, int resid, const float* rope_table,                \
+                      const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, int rope_half, int head_dim) {    \
         PDL_ENTRY();                                                                                          \
         /* the split kernel's switches (both take one argument list): never set for this one */              \
-        (void)staged; (void)glu; (void)nw; (void)eps;                                                         \
+        (void)staged; (void)glu; (void)nw; (void)eps; (void)rope_table; (void)kv_slots; (void)k_cache;        \
+        (void)v_cache; (void)kv_st; (void)rope_half; (void)head_dim;                                          \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                               \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_SPLIT_MAX_WARPS * 32) linear_split_##NAME(              \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu, const float* nw,  \
-        float eps, int resid) { PDL_LAUNCH();                                                                 \
+        float eps, int resid, const float* rope_table, const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, \
+        int rope_half, int head_dim) { PDL_LAUNCH();                                                          \
         LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
+        const QkvRope rk{rope_table, kv_slots, k_cache, v_cache, kv_st, rope_half, head_dim};                 \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr, nw, \
-                              eps, resid);                                                                    \
+                              eps, resid, sg.s, rk);                                                          \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \

@@ -100,8 +100,16 @@ impl<B: FullBackend> Attention<B> {
         layer: usize,
     ) {
         let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
-        b.norm_linear_multi(x, norm, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
-        let attn = self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None);
+        let ws = [&self.q_proj, &self.k_proj, &self.v_proj];
+        let attn = if self.biases[..3].iter().all(Option::is_none) && self.qk_norm.is_none() {
+            // Nothing between the products and RoPE: one launch where the backend fuses them.
+            let (heads, rotate_half) = ((self.num_heads, self.num_kv_heads, self.head_dim), self.rotate_half());
+            b.norm_qkv_rope_write_kv(x, norm, ws, [&mut q, &mut k, &mut v], rope, kv, layer, batch, heads, rotate_half);
+            self.attention(b, &q, batch, kv, layer, &mut None)
+        } else {
+            b.norm_linear_multi(x, norm, &ws, &mut [&mut q, &mut k, &mut v]);
+            self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None)
+        };
         match &self.biases[3] {
             None => b.linear_add(&attn, &self.o_proj, x),
             Some(bias) => {
@@ -149,16 +157,34 @@ impl<B: FullBackend> Attention<B> {
                 t("k_norm", Some(layer), &k);
             }
         }
-        let rotate_half = self.rope_layout == RopeLayout::RotateHalf;
-        b.rope_write_kv(&mut q, &mut k, &v, rope, kv, layer, batch, (h, kvh, d), rotate_half);
+        b.rope_write_kv(&mut q, &mut k, &v, rope, kv, layer, batch, (h, kvh, d), self.rotate_half());
         if let Some(t) = trace {
             t("q_rope", Some(layer), &q);
             t("k_rope", Some(layer), &k);
         }
-        let mut attn = b.tensor(n, h * d);
+        self.attention(b, &q, batch, kv, layer, trace)
+    }
+
+    /// Whether RoPE rotates (x[i], x[i + r/2]) rather than adjacent pairs.
+    fn rotate_half(&self) -> bool {
+        self.rope_layout == RopeLayout::RotateHalf
+    }
+
+    /// Attention of the rotated q over the cache (K/V already stored).
+    fn attention(
+        &self,
+        b: &B,
+        q: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let (h, d) = (self.num_heads, self.head_dim);
+        let mut attn = b.tensor(q.rows(), h * d);
         // The scale rounded to float32 first, as these families have always computed it.
         let scale = (1.0 / (d as f32).sqrt()) as f64;
-        b.attention(&q, kv, layer, batch, h, scale, &mut attn);
+        b.attention(q, kv, layer, batch, h, scale, &mut attn);
         if let Some(t) = trace {
             t("attn_out", Some(layer), &attn);
         }

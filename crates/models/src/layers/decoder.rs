@@ -141,7 +141,15 @@ impl<B: FullBackend> Decoder<B> {
                 layer.mlp.forward_residual(b, &mut x, (&layer.post_attention_layernorm, eps), i);
             }
             let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-            return output_head(b, &x, batch, c.vocab_size, head, |x, out| b.rms_norm(x, &self.norm, eps, out), &mut trace);
+            return output_head(
+                b,
+                &x,
+                batch,
+                c.vocab_size,
+                head,
+                |x, out| b.rms_norm(x, &self.norm, eps, out),
+                &mut trace,
+            );
         }
         let mut normed = b.tensor(n, hidden);
         // Each residual add and the norm that reads its sum run as one `add_rms_norm` (the bits of
