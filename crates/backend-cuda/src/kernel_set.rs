@@ -124,6 +124,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));
         names.push(format!("linear_split_{s}"));
+        names.push(format!("linear_wide_{s}"));
         names.push(format!("embed_{s}"));
     }
     names

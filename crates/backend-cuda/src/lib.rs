@@ -18,6 +18,7 @@ mod graph;
 mod kernel_set;
 mod kv;
 mod launch;
+mod linear_plan;
 mod measure;
 mod ops;
 mod ops_fused;
@@ -170,6 +171,9 @@ pub struct CudaBackend {
     /// Whether RoPE and the K/V store run in the q|k|v split launch (`norm_qkv_rope_write_kv`;
     /// `PLUMB_CUDA_FUSE_QKV_ROPE=0` launches `rope_write_kv` after it: the same bits).
     pub(crate) fuse_qkv_rope: bool,
+    /// Whether weights of many features read by few rows run on `linear_wide` (a warp's whole
+    /// rows copied at once; `PLUMB_CUDA_WIDE_ROWS=0`: `linear_split`, the same bits).
+    pub(crate) wide_rows: bool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -322,6 +326,7 @@ impl CudaBackend {
             fuse_norm: std::env::var("PLUMB_CUDA_FUSE_NORM").ok().is_none_or(|v| v != "0"),
             fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),
             fuse_qkv_rope: std::env::var("PLUMB_CUDA_FUSE_QKV_ROPE").ok().is_none_or(|v| v != "0"),
+            wide_rows: std::env::var("PLUMB_CUDA_WIDE_ROWS").ok().is_none_or(|v| v != "0"),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),
@@ -412,7 +417,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 16] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 17] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -430,6 +435,7 @@ impl CudaBackend {
             ("fused_norm_prologue", self.fuse_norm),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
+            ("wide_rows_linear", self.wide_rows),
         ]
     }
 

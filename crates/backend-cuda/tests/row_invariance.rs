@@ -46,6 +46,36 @@ fn linear_rows_are_batch_invariant_for_every_format() {
 }
 
 #[test]
+fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
+    let Some(b) = device::backend("linear_wide") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x1de);
+    // Weights of 8,192 features or more at up to four rows run on `linear_wide` (a warp's whole
+    // rows at once: the default model's LM head), five rows and more on `linear_split`: each of
+    // the first rows must come out as it does in a batch of nine. 8,196 features end in a partial
+    // block of sixteen; K-quants take K = 768, whose Q6_K rows (630 bytes) are not whole words and
+    // stay on `linear_split`.
+    let n = 8196;
+    for ty in GgmlType::DEQUANTIZABLE {
+        let block = ty.info().expect("dequantizable types have a geometry").block_elems;
+        let k = if 576 % block == 0 { 576 } else { 768 };
+        let w = weight(&b, &mut rng, ty, n, k);
+        let x = activations(&mut rng, 9, k, Spread::DynamicRange);
+        let mut nine = b.tensor(9, n);
+        b.linear(&b.upload(&x, 9, k), &w, &mut nine);
+        let nine = b.download(&nine);
+        assert!(nine.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
+        for m in 1..=4 {
+            let mut few = b.tensor(m, n);
+            b.linear(&b.upload(&x[..m * k], m, k), &w, &mut few);
+            assert_same_bits(&b.download(&few), &nine[..m * n], &|| {
+                format!("linear {ty} {n}x{k}: {m} rows against nine")
+            });
+        }
+    }
+    eprintln!("linear_wide: the bits of linear_split");
+}
+
+#[test]
 fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     let Some(b) = device::backend("linear") else { return };
     let mut rng = Rng::new(device::seed());

@@ -300,6 +300,75 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
     }
 }
 
+// The same elements for weights of many features read by few rows (the default model's LM head:
+// 49,152 features of K = 576 at one row), where linear_split's blocks of four features run as
+// many short waves as they have blocks: a warp takes LIN_WIDE_FEAT features and copies their whole
+// rows into its shared buffer at once (every load in flight before the first store: the copies
+// are what the warp waits on), the block's rows of x once for all its warps; then, per feature and
+// row, the chunks in ascending order, each chunk's partial computed as linear_split's task computes
+// it (the same eight fmafs per lane, zeros past K, the same butterfly) and folded left in a
+// register. Same partials, same fold: bit-identical to linear_split and linear_body.
+#define LIN_WIDE_WARPS 8
+#define LIN_WIDE_FEAT 2
+#define LIN_WIDE_ROWS 4
+// The most bytes of a weight row it takes (whole 4-byte words), and of K.
+#define LIN_WIDE_ROW_BYTES 1088
+#define LIN_WIDE_MAX_K 1024
+#define LIN_WIDE_WORDS ((LIN_WIDE_ROW_BYTES / 4 + 31) / 32)
+
+template <int TY>
+__device__ __forceinline__ void linear_wide_body(const float* __restrict__ x, const u8* __restrict__ w,
+                                                 u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
+                                                 int k_in, int resid) {
+    __shared__ __align__(16) u32 rows_st[LIN_WIDE_WARPS][LIN_WIDE_FEAT][LIN_WIDE_ROW_BYTES / 4];
+    __shared__ float xs[LIN_WIDE_ROWS][LIN_WIDE_MAX_K];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int f0 = (blockIdx.x * LIN_WIDE_WARPS + warp) * LIN_WIDE_FEAT;
+    const int words = (int)(row_bytes / 4);
+    // Every load of the warp's rows, then every store (features past the last read a valid row).
+    // No kernel of a forward writes a weight (dequant.cu): the loads go out before the wait on the
+    // kernel before, unless PLUMB_LATE_WEIGHTS.
+    if (!EARLY_WEIGHTS) PDL_WAIT();
+    u32 v[LIN_WIDE_FEAT][LIN_WIDE_WORDS];
+#pragma unroll
+    for (int i = 0; i < LIN_WIDE_FEAT; i++) {
+        const u32* src = (const u32*)(w + (u64)min(f0 + i, n_out - 1) * row_bytes);
+#pragma unroll
+        for (int q = 0; q < LIN_WIDE_WORDS; q++) v[i][q] = lane + 32 * q < words ? src[lane + 32 * q] : 0u;
+    }
+    if (EARLY_WEIGHTS) PDL_WAIT();
+#pragma unroll
+    for (int i = 0; i < LIN_WIDE_FEAT; i++)
+#pragma unroll
+        for (int q = 0; q < LIN_WIDE_WORDS; q++)
+            if (lane + 32 * q < words) rows_st[warp][i][lane + 32 * q] = v[i][q];
+    for (int i = threadIdx.x; i < num_rows * k_in; i += blockDim.x) xs[i / k_in][i % k_in] = x[i];
+    __syncthreads();
+    const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
+    for (int i = 0; i < LIN_WIDE_FEAT; i++) {
+        const int m = f0 + i;
+        const u8* st = (const u8*)rows_st[warp][i];
+        for (int r = 0; r < num_rows; r++) {
+            float acc = 0.0f;
+            for (int c = 0; c < num_chunks; c++) {
+                const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < LIN_KC / 32; j++) {
+                    const int kk = j * 32 + lane;
+                    const float wv = kk < clen ? deq<TY>(st, c0 + kk) : 0.0f;
+                    const float xv = kk < clen ? xs[r][c0 + kk] : 0.0f;
+                    s = fmaf(xv, wv, s);
+                }
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+                acc = c == 0 ? s : __fadd_rn(acc, s);
+            }
+            if (lane == 0 && m < n_out) store_out(out + (u64)r * n_out + m, acc, resid);
+        }
+    }
+}
+
 template <int TY>
 __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
                                            float* __restrict__ out, int cols) {
@@ -335,6 +404,11 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         const QkvRope rk{rope_table, kv_slots, k_cache, v_cache, kv_st, rope_half, head_dim};                 \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr, nw, \
                               eps, resid, sg.s, rk);                                                          \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(LIN_WIDE_WARPS * 32) linear_wide_##NAME(                   \
+        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in, int resid) { \
+        PDL_LAUNCH(); /* the body waits (PDL_WAIT) once its weight rows are asked for */                      \
+        linear_wide_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in, resid);                            \
     }                                                                                                         \
     extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
