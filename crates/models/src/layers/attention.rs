@@ -76,12 +76,7 @@ impl<B: FullBackend> Attention<B> {
         let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
         b.linear_multi(x, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
         let attn = self.attend(b, [q, k, v], rope, batch, kv, layer, trace);
-        let mut out = b.tensor(attn.rows(), self.o_proj.rows());
-        b.linear(&attn, &self.o_proj, &mut out);
-        if let Some(bias) = &self.biases[3] {
-            b.add_bias(&mut out, bias);
-        }
-        out
+        self.project_out(b, &attn)
     }
 
     /// x += `forward`(rms_norm(x)) (`norm`: the layer's input norm weight and epsilon), with the
@@ -110,15 +105,21 @@ impl<B: FullBackend> Attention<B> {
             b.norm_linear_multi(x, norm, &ws, &mut [&mut q, &mut k, &mut v]);
             self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None)
         };
+        // The bias goes in before the residual add: o's add in the store only without one.
         match &self.biases[3] {
             None => b.linear_add(&attn, &self.o_proj, x),
-            Some(bias) => {
-                let mut out = b.tensor(attn.rows(), self.o_proj.rows());
-                b.linear(&attn, &self.o_proj, &mut out);
-                b.add_bias(&mut out, bias);
-                b.add(x, &out);
-            }
+            Some(_) => b.add(x, &self.project_out(b, &attn)),
         }
+    }
+
+    /// o's product of the attention output, with its bias where the checkpoint has one.
+    fn project_out(&self, b: &B, attn: &B::Tensor) -> B::Tensor {
+        let mut out = b.tensor(attn.rows(), self.o_proj.rows());
+        b.linear(attn, &self.o_proj, &mut out);
+        if let Some(bias) = &self.biases[3] {
+            b.add_bias(&mut out, bias);
+        }
+        out
     }
 
     /// Empty q, k and v for `n` rows.

@@ -83,14 +83,10 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
             let normed = plumb_core::norm_apart(b, x, norm);
             self.gate_up_biased(b, &normed, &mut act);
         }
+        // The bias goes in before the residual add: down's add in the store only without one.
         match &self.biases[2] {
             None => b.linear_add(&act, &self.down_proj, x),
-            Some(bias) => {
-                let mut out = b.tensor(n, self.down_proj.rows());
-                b.linear(&act, &self.down_proj, &mut out);
-                b.add_bias(&mut out, bias);
-                b.add(x, &out);
-            }
+            Some(_) => b.add(x, &self.project_down(b, &act)),
         }
     }
 
@@ -121,8 +117,13 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         if let Some(t) = trace {
             t("ffn_act", Some(layer), &act);
         }
-        let mut out = b.tensor(n, self.down_proj.rows());
-        b.linear(&act, &self.down_proj, &mut out);
+        self.project_down(b, &act)
+    }
+
+    /// down's product of the activation, with its bias where the checkpoint has one.
+    fn project_down(&self, b: &B, act: &B::Tensor) -> B::Tensor {
+        let mut out = b.tensor(act.rows(), self.down_proj.rows());
+        b.linear(act, &self.down_proj, &mut out);
         if let Some(bias) = &self.biases[2] {
             b.add_bias(&mut out, bias);
         }
