@@ -55,6 +55,16 @@ struct QkvRope {
 // inside a `linear_split` block (`norm_rows`) takes their columns and their order.
 #define LIN_NORM_THREADS 256
 
+// 1 / sqrt(mean of squares + eps) of a row of `cols` from its LIN_NORM_THREADS / 32 warp sums,
+// folded left in warp order: the one definition of the step rms_norm (elementwise.cu's norm_inv)
+// and the split kernel's norm_rows share.
+__device__ __forceinline__ float norm_inv_of(const float* warp_sums, int cols, float eps) {
+    float total = warp_sums[0];
+#pragma unroll
+    for (int i = 1; i < LIN_NORM_THREADS / 32; i++) total = __fadd_rn(total, warp_sums[i]);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+}
+
 template <int TY>
 __device__ __forceinline__ void linear_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                             float* __restrict__ out, int num_rows, int n_out, int k_in, int bx,
@@ -177,13 +187,7 @@ __device__ __forceinline__ void norm_rows(const float* __restrict__ x, int rows,
         }
     }
     __syncthreads();
-    if (threadIdx.x < rows) {
-        const int r = threadIdx.x;
-        float total = sums[r][0];
-#pragma unroll
-        for (int i = 1; i < LIN_NORM_THREADS / 32; i++) total = __fadd_rn(total, sums[r][i]);
-        inv[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
-    }
+    if (threadIdx.x < rows) inv[threadIdx.x] = norm_inv_of(sums[threadIdx.x], cols, eps);
     __syncthreads();
 }
 
