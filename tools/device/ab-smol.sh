@@ -31,22 +31,9 @@ cat "$P1" "$P2" | xz -d >"$M" || exit 1
 echo "$SHA  $M" | sha256sum -c - >>"$L" 2>&1 || { cat "$L"; exit 1; }
 status=0
 
-tag_of() { echo "${1%%:*}"; }
-env_of() {
-    local a=${1#*:}
-    [ -n "$a" ] && tr ',' '\n' <<<"$a" | grep -v '^BIN=' | tr '\n' ' '
-}
-bin_of() {
-    local a=${1#*:} d=$B kv
-    for kv in ${a//,/ }; do [[ $kv == BIN=* ]] && d=${kv#BIN=}; done
-    echo "$d"
-}
-run_with() {
-    local s=$1
-    shift
-    # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
-    env $(env_of "$s") "$@"
-}
+# tag_of, env_of, bin_of, run_with
+# shellcheck source=tools/device/settings.sh
+source "$(dirname "$0")/settings.sh"
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
 for s in "${SET[@]}"; do
