@@ -1,0 +1,172 @@
+// The scheduler of an emulated module (see prelude.h): runs a launch's blocks one after another,
+// each block's threads as fibers that switch at barriers. translate.py appends this after the
+// kernels, then the table of the module's `extern "C"` kernels (`emu_kernels`).
+#pragma once
+#include <stdio.h>
+#include <sys/mman.h>
+
+namespace emu {
+
+struct Kernel {
+    const char* name;
+    void* fn;
+    void (*call)(void* fn, void** params);
+    int num_params;
+    const unsigned* sizes;  // each parameter's size in bytes (what a captured launch copies)
+};
+
+template <class... A>
+struct Caller {
+    // A parameter's bytes may sit at any alignment (the caller's argument buffer): copied out.
+    template <class T>
+    static T load(const void* p) {
+        typename std::remove_cv<T>::type v;
+        memcpy((void*)&v, p, sizeof v);
+        return v;
+    }
+    template <size_t... I>
+    static void go(void* f, void** p, std::index_sequence<I...>) {
+        ((void (*)(A...))f)(load<A>(p[I])...);
+    }
+    static void call(void* f, void** p) { go(f, p, std::index_sequence_for<A...>{}); }
+    static constexpr unsigned sizes[sizeof...(A) + 1] = {(unsigned)sizeof(A)..., 0};
+};
+
+template <class... A>
+Kernel kernel(const char* name, void (*f)(A...)) {
+    return {name, (void*)f, &Caller<A...>::call, (int)sizeof...(A), Caller<A...>::sizes};
+}
+
+constexpr unsigned MAX_THREADS = 1024;
+constexpr size_t STACK_BYTES = 256 * 1024;  // a guard page below each
+
+inline Thread threads[MAX_THREADS];
+inline Warp warps[MAX_THREADS / 32];
+inline unsigned char* stacks;
+inline char message[512];
+
+extern "C" __attribute__((visibility("hidden"))) void emu_fiber_entry() {
+    g.call(g.fn, g.params);
+    g.cur->state = DONE;
+    yield();
+    __builtin_unreachable();
+}
+
+inline bool make_stacks() {
+    if (stacks) return true;
+    const size_t bytes = MAX_THREADS * STACK_BYTES;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    stacks = (unsigned char*)p;
+    for (unsigned i = 0; i < MAX_THREADS; i++) mprotect(stacks + i * STACK_BYTES, 4096, PROT_NONE);
+    return true;
+}
+
+inline void* fresh_stack(unsigned i) {
+    void** sp = (void**)(stacks + (i + 1) * STACK_BYTES) - 8;
+    for (int r = 0; r < 6; r++) sp[r] = nullptr;  // r15 r14 r13 r12 rbx rbp
+    sp[6] = (void*)&emu_fiber_entry;                 // where the first switch returns to
+    sp[7] = nullptr;
+    return sp;
+}
+
+// Opens what can open: the block's barrier when every live thread waits at it, else each warp
+// whose waiting lanes' masks cover only waiting (or finished) lanes. False: nothing could open.
+inline bool open_barriers(unsigned n) {
+    unsigned live = 0, at_block = 0;
+    for (unsigned i = 0; i < n; i++) {
+        live += threads[i].state != DONE;
+        at_block += threads[i].state == AT_BLOCK;
+    }
+    if (live && at_block == live) {
+        for (unsigned i = 0; i < n; i++)
+            if (threads[i].state == AT_BLOCK) threads[i].state = RUN;
+        return true;
+    }
+    bool opened = false;
+    for (unsigned w = 0; w * 32 < n; w++) {
+        unsigned waiting = 0, need = 0, unfinished = 0;
+        for (unsigned l = 0; l < 32 && w * 32 + l < n; l++) {
+            const Thread& t = threads[w * 32 + l];
+            if (t.state != DONE) unfinished |= 1u << l;
+            if (t.state == AT_WARP) {
+                waiting |= 1u << l;
+                need |= t.mask;
+            }
+        }
+        if (waiting && (need & unfinished & ~waiting) == 0) {
+            for (unsigned l = 0; l < 32; l++)
+                if (waiting >> l & 1) threads[w * 32 + l].state = RUN;
+            opened = true;
+        }
+    }
+    return opened;
+}
+
+inline const char* run_block(unsigned n, bool reverse) {
+    for (unsigned i = 0; i < n; i++) {
+        Thread& t = threads[i];
+        t.lin = i;
+        t.tid = {i % g.block_dim.x, i / g.block_dim.x % g.block_dim.y, i / (g.block_dim.x * g.block_dim.y)};
+        t.state = RUN;
+        t.exchanges = 0;
+        t.mask = 0;
+        t.sp = fresh_stack(i);
+    }
+    for (;;) {
+        for (unsigned j = 0; j < n; j++) {
+            Thread& t = threads[reverse ? n - 1 - j : j];
+            while (t.state == RUN) {
+                g.cur = &t;
+                emu_switch_ctx(&g.sched_sp, t.sp);
+                if (g.error) return g.error;
+            }
+        }
+        bool any = false;
+        for (unsigned i = 0; i < n; i++) any |= threads[i].state != DONE;
+        if (!any) return nullptr;
+        if (!open_barriers(n)) {
+            unsigned at_block = 0, at_warp = 0;
+            for (unsigned i = 0; i < n; i++) {
+                at_block += threads[i].state == AT_BLOCK;
+                at_warp += threads[i].state == AT_WARP;
+            }
+            snprintf(message, sizeof message,
+                     "deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp barrier, the "
+                     "others have returned",
+                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp);
+            return message;
+        }
+    }
+}
+
+}  // namespace emu
+
+// One launch, run to completion. `order`: bit 0 runs the blocks last to first, bit 1 each
+// block's threads last to first (orders a correct kernel does not depend on). Returns null, or
+// what went wrong.
+extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                                  void** params, unsigned order) {
+    using namespace emu;
+    const unsigned n = block[0] * block[1] * block[2];
+    if (n == 0 || n > MAX_THREADS) return "a block of 0 or more than 1024 threads";
+    if (smem > sizeof dyn_smem) return "more dynamic shared memory than a block may have";
+    if (!make_stacks()) return "no memory for the fibers' stacks";
+    g = Global{};
+    g.block_dim = {block[0], block[1], block[2]};
+    g.grid_dim = {grid[0], grid[1], grid[2]};
+    g.threads = threads;
+    g.warps = warps;
+    g.num_threads = n;
+    g.call = k->call;
+    g.fn = k->fn;
+    g.params = params;
+    const unsigned long long blocks = (unsigned long long)grid[0] * grid[1] * grid[2];
+    for (unsigned long long b = 0; b < blocks; b++) {
+        const unsigned long long i = order & 1 ? blocks - 1 - b : b;
+        g.block_idx = {(unsigned)(i % grid[0]), (unsigned)(i / grid[0] % grid[1]), (unsigned)(i / grid[0] / grid[1])};
+        memset(dyn_smem, 0xff, smem);
+        if (const char* e = run_block(n, order & 2)) return e;
+    }
+    return nullptr;
+}
