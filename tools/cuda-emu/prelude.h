@@ -81,6 +81,7 @@ struct Global {
     void* fn;
     void** params;
     const char* error;
+    bool reverse;  // a block's threads run last to first
 };
 inline Global g;
 
@@ -113,8 +114,23 @@ __asm__(
 
 namespace emu {
 
-// Back to the scheduler, from the current fiber.
-inline void yield() { emu_switch_ctx(&g.cur->sp, g.sched_sp); }
+// From the current fiber to the next runnable one in the block's order (or, when none is left
+// this round or the launch failed, back to the scheduler, which opens the barriers).
+inline void yield() {
+    Thread* me = g.cur;
+    if (!g.error) {
+        const int step = g.reverse ? -1 : 1;
+        for (int i = (int)me->lin + step; i >= 0 && i < (int)g.num_threads; i += step) {
+            Thread* t = &g.threads[i];
+            if (t->state == RUN) {
+                g.cur = t;
+                emu_switch_ctx(&me->sp, t->sp);
+                return;
+            }
+        }
+    }
+    emu_switch_ctx(&me->sp, g.sched_sp);
+}
 
 [[noreturn]] inline void fail(const char* what) {
     if (!g.error) g.error = what;
