@@ -59,16 +59,15 @@ impl CudaBackend {
     }
 
     /// Whether rms_norm(x) with `norm` runs inside the products of `ws`: CUDA-core weights of one
-    /// type and width, rows the split kernel takes, a norm weight of x's width, and
-    /// `PLUMB_CUDA_FUSE_NORM` not 0. Nothing else reads the normed rows, so no rounded copy of
-    /// them is wanted.
+    /// type and width, rows the split kernel takes, a norm weight of x's width, and the fusion on
+    /// (`set_fuse_norm`, `PLUMB_CUDA_FUSE_NORM=1`). Nothing else reads the normed rows, so no
+    /// rounded copy of them is wanted.
     fn norm_fuses(&self, x: &CudaTensor, norm: &CudaWeight, ws: &[&CudaWeight]) -> bool {
-        self.fuse_norm
+        self.fuse_norm.load(Ordering::Relaxed)
             && x.cols > 0
             && norm.dense_ptr.is_some()
             && norm.cols == x.cols
-            && ws.iter().all(|w| !w.mma && (w.ty, w.cols) == (ws[0].ty, ws[0].cols))
-            && splits_k(x.padded_rows, x.cols)
+            && split_products(x, ws)
     }
 
     /// `norm_linear_multi`: runs of up to three weights (as `linear_multi` groups them), each
@@ -141,11 +140,12 @@ impl CudaBackend {
         self.linear_group_fused(x, &[w], &mut [acc], None, Fuse { resid: true, ..Fuse::default() });
     }
 
-    /// `norm_qkv_rope_write_kv`: one split launch of the three products with the norm inside,
-    /// RoPE of q and k and the K/V store in its fold (kernels/linear.cu, `QkvRope`) where the norm
-    /// fuses, the three run as one launch, pairs are adjacent (GGUF's layout; rotate-half pairs sit
-    /// in other blocks) and `PLUMB_CUDA_FUSE_QKV_ROPE` and `PLUMB_CUDA_FUSE_ROPE_KV` are not 0;
-    /// else `norm_linear_multi` then `rope_write_kv`.
+    /// `norm_qkv_rope_write_kv`: one split launch of the three products, RoPE of q and k and the
+    /// K/V store in its fold (kernels/linear.cu, `QkvRope`), the norm inside it where the norm
+    /// fuses and else launched before it, where the weights take the split kernel, the three run
+    /// as one launch, pairs are adjacent (GGUF's layout; rotate-half pairs sit in other blocks)
+    /// and `PLUMB_CUDA_FUSE_QKV_ROPE` and `PLUMB_CUDA_FUSE_ROPE_KV` are not 0; else
+    /// `norm_linear_multi` then `rope_write_kv`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_norm_qkv_rope(
         &self,
@@ -172,7 +172,7 @@ impl CudaBackend {
             && (v.rows, v.cols, v.padded_rows) == (batch.num_rows(), len, table.padded_rows)
             && (table.rows, x.padded_rows) == (batch.num_rows(), table.padded_rows)
             && ws.iter().all(|w| w.rows > 0)
-            && self.norm_fuses(x, norm.0, &ws);
+            && split_products(x, &ws);
         if !fuses {
             self.fused_norm_linear(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
             return self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
@@ -193,8 +193,18 @@ impl CudaBackend {
             half: half as i32,
             head_dim: head_dim as i32,
         };
-        let fuse =
-            Fuse { norm: Some((norm.0.dense_ptr.expect("checked"), norm.1)), rope: Some(rope), ..Fuse::default() };
-        self.linear_group_fused(x, &ws, &mut [q, k, v], None, fuse);
+        if self.norm_fuses(x, norm.0, &ws) {
+            let norm = Some((norm.0.dense_ptr.expect("checked"), norm.1));
+            self.linear_group_fused(x, &ws, &mut [q, k, v], None, Fuse { norm, rope: Some(rope), ..Fuse::default() });
+        } else {
+            let normed = norm_apart(self, x, norm);
+            self.linear_group_fused(&normed, &ws, &mut [q, k, v], None, Fuse { rope: Some(rope), ..Fuse::default() });
+        }
     }
+}
+
+/// Whether the products of x by `ws` run on the split CUDA-core kernel as one launch can fuse
+/// them: CUDA-core weights of one type and width, and rows the split kernel takes.
+fn split_products(x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
+    ws.iter().all(|w| !w.mma && (w.ty, w.cols) == (ws[0].ty, ws[0].cols)) && splits_k(x.padded_rows, x.cols)
 }

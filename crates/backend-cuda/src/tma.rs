@@ -103,7 +103,7 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
 /// one split per chunk) for every call of up to 64 rows instead of `decode_split`'s choice, and
 /// `PLUMB_CUDA_TMA_NARROW=0` keeps 128-feature tasks where whole-K tasks of 128 features would
 /// leave SMs idle (`narrow`). All compute the same bits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct TmaPlan {
     pub(crate) enabled: bool,
     pub(crate) sms: usize,
@@ -114,9 +114,10 @@ pub(crate) struct TmaPlan {
     pub(crate) persistent: bool,
     pub(crate) max_rows: usize,
     pub(crate) splits: Option<usize>,
-    /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`;
-    /// `PLUMB_CUDA_TMA_CLUSTER=0` runs them alone, for measuring: the same bits).
-    pub(crate) cluster: bool,
+    /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`): off
+    /// unless `PLUMB_CUDA_TMA_CLUSTER=1` (the same bits). On the H200 the 8B's gate|up at 64 rows
+    /// took 98 µs in clusters and 71 µs alone, every other shape the same (session 16).
+    pub(crate) cluster: std::sync::atomic::AtomicBool,
 }
 
 impl TmaPlan {
@@ -147,7 +148,9 @@ impl TmaPlan {
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
             max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(192),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
-            cluster: !off("PLUMB_CUDA_TMA_CLUSTER"),
+            cluster: std::sync::atomic::AtomicBool::new(
+                std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1"),
+            ),
         })
     }
 

@@ -88,17 +88,23 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     // are long; 200 features end in a partial 64-feature tile. K = 9248 takes ten chunks of
     // 1,024, the last of 32 elements (the rest of its stages zeros), split at 64 rows too.
     // 16,984 features (133 tiles of 128, the last partial) at K = 512 fill the device at 33-64
-    // rows with whole-K tasks of 128 features, which run in clusters of two sharing x
-    // (`linear_tma_bf16_n64_c2`), the odd last tile's pair with an idle second CTA.
+    // rows with whole-K tasks of 128 features, which run alone and (`set_tma_cluster`) in
+    // clusters of two sharing x (`linear_tma_bf16_n64_c2`), the odd last tile's pair with an idle
+    // second CTA.
     for (n, k) in [(40, 8192), (200, 1280), (72, 9248), (16_984, 512)] {
         let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
         let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-        check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {
-            let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
-            let mut out = b.tensor(rows.len(), n);
-            b.linear(&xt, &w, &mut out);
-            b.download(&out)
-        });
+        for cluster in if n == 16_984 { &[false, true][..] } else { &[false] } {
+            b.set_tma_cluster(*cluster);
+            let what = format!("linear BF16 {n}x{k}{}", if *cluster { ", clusters of two" } else { "" });
+            check_rows(&what, n, &mut |rows| {
+                let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
+                let mut out = b.tensor(rows.len(), n);
+                b.linear(&xt, &w, &mut out);
+                b.download(&out)
+            });
+        }
+        b.set_tma_cluster(false);
     }
 }
 
