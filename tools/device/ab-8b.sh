@@ -15,7 +15,7 @@
 # PHASES (default "tests gemm conc tg") picks phases ("long": tg64 at depth LONG_DEPTH, default
 # 4,096; "profile": the kernels matching KERNELS, default attention, event-timed in one request's
 # decode and in a 2,048-token prefill, for a change smaller than an end-to-end run's spread); TESTS the test binaries (default
-# row_invariance conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
+# row_invariance fused conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
 # concurrency levels (default 32,64) and GEN_LEN their generated tokens (default 256); ROUNDS 1 or
 # 2 (default 2). The checkpoint goes to /tmp/l8b
 # (16 GB, made once by `plumb synth`). Writes OUT_DIR/ab.txt (every figure, tagged) and each run's
@@ -44,7 +44,7 @@ if has conc || has tg || has long || has profile; then
 fi
 if has tests; then
     for s in "${SET[@]}"; do
-        for t in ${TESTS:-row_invariance conformance graphs}; do
+        for t in ${TESTS:-row_invariance fused conformance graphs}; do
             SECONDS=0
             run_with "$s" timeout "${TEST_TIMEOUT:-200}" "$(bin_of "$s")/$t" --test-threads 1 >"$OUT/$t-$(tag_of "$s").log" 2>&1
             rc=$?

@@ -87,6 +87,8 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n32_k1024",
         "linear_tma_bf16_n64",
         "linear_tma_bf16_n64_k1024",
+        "linear_tma_bf16_n64_c2",
+        "linear_tma_bf16_n64_c2_k1024",
         "linear_tma_bf16_n128",
         "linear_tma_bf16_n128_k1024",
         "linear_tma_bf16_n192",
@@ -122,6 +124,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         let s = type_suffix(ty).expect("every dequantizable type has kernels");
         names.push(format!("linear_{s}"));
         names.push(format!("linear_split_{s}"));
+        names.push(format!("linear_wide_{s}"));
         names.push(format!("embed_{s}"));
     }
     names

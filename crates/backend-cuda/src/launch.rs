@@ -22,9 +22,10 @@ pub(crate) fn pdl() -> bool {
     PDL.load(Ordering::Relaxed)
 }
 
-/// The most arguments any kernel of `kernels/*.cu` takes (the tensor-core attention: 17), and the
-/// 8-byte slots they fill (the TMA `linear` takes four tensor maps of 16 slots each: 75 slots).
-const MAX_ARGS: usize = 20;
+/// The most arguments any kernel of `kernels/*.cu` takes (the CUDA-core `linear`, with its fused
+/// norm, residual and RoPE/KV arguments: 25), and the 8-byte slots they fill (the TMA `linear`
+/// takes four tensor maps of 16 slots each: 76 slots).
+const MAX_ARGS: usize = 28;
 const MAX_SLOTS: usize = 80;
 
 /// One kernel launch. Each argument starts an 8-byte slot; the driver reads as many bytes as the
@@ -37,6 +38,8 @@ pub struct Launch {
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     smem: u32,
+    /// CTAs per cluster along x (1: no cluster).
+    cluster: u32,
     num_args: usize,
     num_slots: usize,
     starts: [u8; MAX_ARGS],
@@ -50,6 +53,7 @@ impl Launch {
             grid: cfg.grid_dim,
             block: cfg.block_dim,
             smem: cfg.shared_mem_bytes,
+            cluster: 1,
             num_args: 0,
             num_slots: 0,
             starts: [0; MAX_ARGS],
@@ -69,6 +73,13 @@ impl Launch {
 
     fn push(self, v: u64) -> Launch {
         self.push_slots(&[v])
+    }
+
+    /// Runs the grid's blocks in clusters of `n` along x (the grid a multiple of it).
+    pub fn cluster(mut self, n: u32) -> Launch {
+        assert!(n >= 1 && self.grid.0.is_multiple_of(n), "a grid of {} blocks in clusters of {n}", self.grid.0);
+        self.cluster = n;
+        self
     }
 
     /// A TMA tensor map (`const __grid_constant__ TmaMap`, 128 bytes by value).
@@ -114,6 +125,9 @@ impl Launch {
         if self.block != other.block {
             return Some("block".into());
         }
+        if self.cluster != other.cluster {
+            return Some("cluster".into());
+        }
         if self.smem != other.smem {
             return Some("shared memory".into());
         }
@@ -140,11 +154,16 @@ impl Launch {
         for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
             *p = (&mut vals[start as usize] as *mut u64).cast();
         }
-        if PDL.load(Ordering::Relaxed) {
-            let mut attr = sys::CUlaunchAttribute {
+        let pdl = PDL.load(Ordering::Relaxed);
+        if pdl || self.cluster > 1 {
+            let mut attrs = [sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                 pad: [0; 4],
-                value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+                value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: pdl as i32 },
+            }; 2];
+            attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[1].value = sys::CUlaunchAttributeValue {
+                clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.cluster, y: 1, z: 1 },
             };
             let config = sys::CUlaunchConfig {
                 gridDimX: self.grid.0,
@@ -155,10 +174,10 @@ impl Launch {
                 blockDimZ: self.block.2,
                 sharedMemBytes: self.smem,
                 hStream: stream,
-                attrs: &mut attr,
-                numAttrs: 1,
+                attrs: attrs.as_mut_ptr(),
+                numAttrs: if self.cluster > 1 { 2 } else { 1 },
             };
-            // SAFETY: as below; `config` and `attr` are live locals for the call.
+            // SAFETY: as below; `config` and `attrs` are live locals for the call.
             return unsafe {
                 sys::cuLaunchKernelEx(&config, self.func as sys::CUfunction, params.as_mut_ptr(), std::ptr::null_mut())
                     .result()
@@ -187,6 +206,7 @@ pub(crate) fn test_launch(func: usize, grid: u32) -> Launch {
         grid: (grid, 1, 1),
         block: (128, 1, 1),
         smem: 0,
+        cluster: 1,
         num_args: 0,
         num_slots: 0,
         starts: [0; MAX_ARGS],

@@ -18,8 +18,10 @@ mod graph;
 mod kernel_set;
 mod kv;
 mod launch;
+mod linear_plan;
 mod measure;
 mod ops;
+mod ops_fused;
 mod ops_linear;
 mod pick;
 mod pool;
@@ -156,6 +158,24 @@ pub struct CudaBackend {
     /// (`attention_plan::attention_blocks`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same
     /// bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
+    /// Whether a quantized model's gate|up and SwiGLU run as one launch (`linear_swiglu`;
+    /// `PLUMB_CUDA_FUSE_SWIGLU=0` runs them apart, for measuring: the same bits).
+    pub(crate) fuse_swiglu: bool,
+    /// Whether an RMSNorm runs inside the split CUDA-core products that read it
+    /// (`norm_linear_multi`, `norm_linear_swiglu`): off unless `PLUMB_CUDA_FUSE_NORM=1` or
+    /// [`CudaBackend::set_fuse_norm`] (the same bits either way). On the H200 each block's norm
+    /// before its products cost more than the launch it saves: the default model decoded at
+    /// 821 tokens/s with it and 863-865 without (session 16, docs/cuda-decode-notes.md).
+    pub(crate) fuse_norm: AtomicBool,
+    /// Whether a residual add runs in the store of the product it adds (`linear_add`;
+    /// `PLUMB_CUDA_FUSE_RESIDUAL=0` launches `add` after it, for measuring: the same bits).
+    pub(crate) fuse_residual: bool,
+    /// Whether RoPE and the K/V store run in the q|k|v split launch (`norm_qkv_rope_write_kv`;
+    /// `PLUMB_CUDA_FUSE_QKV_ROPE=0` launches `rope_write_kv` after it: the same bits).
+    pub(crate) fuse_qkv_rope: bool,
+    /// Whether weights of many features read by few rows run on `linear_wide` (a warp's whole
+    /// rows copied at once; `PLUMB_CUDA_WIDE_ROWS=0`: `linear_split`, the same bits).
+    pub(crate) wide_rows: bool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -304,6 +324,11 @@ impl CudaBackend {
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
+            fuse_swiglu: std::env::var("PLUMB_CUDA_FUSE_SWIGLU").ok().is_none_or(|v| v != "0"),
+            fuse_norm: AtomicBool::new(std::env::var("PLUMB_CUDA_FUSE_NORM").is_ok_and(|v| v == "1")),
+            fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),
+            fuse_qkv_rope: std::env::var("PLUMB_CUDA_FUSE_QKV_ROPE").ok().is_none_or(|v| v != "0"),
+            wide_rows: std::env::var("PLUMB_CUDA_WIDE_ROWS").ok().is_none_or(|v| v != "0"),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),
@@ -385,15 +410,28 @@ impl CudaBackend {
         self.kv_store.store(store_code(store), Ordering::Relaxed);
     }
 
+    /// Runs RMSNorm inside the split products that read it (on) or as its own launch (off): the
+    /// same bits, so the tests hold both paths to them whatever the default.
+    pub fn set_fuse_norm(&self, on: bool) {
+        self.fuse_norm.store(on, Ordering::Relaxed);
+    }
+
+    /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
+    /// (off, the default): the same bits.
+    pub fn set_tma_cluster(&self, on: bool) {
+        self.tma.cluster.store(on, Ordering::Relaxed);
+    }
+
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
-    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`), for receipts: a
+    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
+    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 12] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 18] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -407,6 +445,12 @@ impl CudaBackend {
             ("grouped_linear", self.group_linear),
             ("fused_rope_kv_write", self.fuse_rope_kv),
             ("staged_quant_loads", self.staged_loads),
+            ("fused_swiglu", self.fuse_swiglu),
+            ("fused_norm_prologue", self.fuse_norm.load(Ordering::Relaxed)),
+            ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
+            ("fused_residual_store", self.fuse_residual),
+            ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
+            ("wide_rows_linear", self.wide_rows),
         ]
     }
 

@@ -25,7 +25,13 @@ pub(crate) struct Meta {
 /// The checks `rope_qk` and `rope_write_kv` share — q and k of the table's rows, heads of
 /// `heads` = (q heads, kv heads, head size), the same padding, a table no wider than a head —
 /// and the pairs the table rotates per head.
-fn rope_qk_half(op: &str, q: &CudaTensor, k: &CudaTensor, table: &CudaTensor, heads: (usize, usize, usize)) -> usize {
+pub(crate) fn rope_qk_half(
+    op: &str,
+    q: &CudaTensor,
+    k: &CudaTensor,
+    table: &CudaTensor,
+    heads: (usize, usize, usize),
+) -> usize {
     let (num_heads, num_kv_heads, head_dim) = heads;
     assert_eq!((q.rows, q.cols), (table.rows, num_heads * head_dim), "{op}: q's shape mismatch");
     assert_eq!((k.rows, k.cols), (table.rows, num_kv_heads * head_dim), "{op}: k's shape mismatch");
@@ -49,7 +55,7 @@ fn rope_qk_args(l: Launch, rows: usize, half: usize, heads: (usize, usize, usize
 impl CudaBackend {
     /// Each row's cache slot on the device (the step's upload when this is the step's batch), and
     /// for padded rows the pad block's first slot, which no real row reads.
-    fn kv_slots(&self, kv: &CudaKvCache, batch: &ForwardBatch, padded: usize) -> Meta {
+    pub(crate) fn kv_slots(&self, kv: &CudaKvCache, batch: &ForwardBatch, padded: usize) -> Meta {
         let num_slots = kv.spec.num_blocks * kv.spec.block_size;
         assert!(batch.slot_mapping.iter().all(|&s| (s as usize) < num_slots), "write_kv: slot outside the cache");
         let kv_id = crate::step::kv_id(kv);
@@ -268,6 +274,24 @@ impl RopeOps for CudaBackend {
 }
 
 impl AttentionOps for CudaBackend {
+    /// The q|k|v products of rms_norm(x), RoPE and the K/V store in one split launch where it
+    /// applies (ops_fused.rs), else apart: the same bits.
+    fn norm_qkv_rope_write_kv(
+        &self,
+        x: &CudaTensor,
+        norm: (&CudaWeight, f32),
+        ws: [&CudaWeight; 3],
+        qkv: [&mut CudaTensor; 3],
+        table: &CudaTensor,
+        kv: &mut CudaKvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        heads: (usize, usize, usize),
+        rotate_half: bool,
+    ) {
+        self.fused_norm_qkv_rope(x, norm, ws, qkv, table, kv, layer, batch, heads, rotate_half);
+    }
+
     fn check_head_dim(&self, head_dim: usize) -> Result<(), BackendError> {
         if head_dim == 0 || !head_dim.is_multiple_of(32) || head_dim > MAX_HEAD_DIM {
             use plumb_core::Backend;

@@ -51,9 +51,21 @@ pub(crate) fn tma_kernel(rows: usize, max_rows: usize, tiles: usize, slots: [usi
 /// The name of the instance of `n` rows and `ft` features a task for a weight folded in chunks
 /// of `kc` (256 or 1,024: `ops_linear::fold_chunk`).
 pub(crate) fn tma_name(n: usize, ft: usize, kc: usize) -> String {
+    tma_name_cl(n, ft, kc, 1)
+}
+
+/// `tma_name` of the instance whose CTAs run in clusters of `cl` (`_c2`: x shared by a pair).
+pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
     let f = if ft == 64 { "_f64" } else { "" };
+    let c = if cl == 2 { "_c2" } else { "" };
     let k = if kc == 1024 { "_k1024" } else { "" };
-    format!("linear_tma_bf16_n{n}{f}{k}")
+    format!("linear_tma_bf16_n{n}{f}{c}{k}")
+}
+
+/// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
+/// its CTAs in clusters of two sharing x (the `_c2` instances: 64 rows, 128 features, whole K).
+pub(crate) fn tma_cluster(on: bool, n: usize, ft: usize, splits: usize) -> usize {
+    if on && n == 64 && ft == 128 && splits == 1 { 2 } else { 1 }
 }
 
 /// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
@@ -72,6 +84,7 @@ pub(crate) fn tma_smem(n: usize, ft: usize) -> usize {
 pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
+    let rest = rest.strip_suffix("_c2").unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
         None => (rest, 128),
@@ -90,7 +103,7 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
 /// one split per chunk) for every call of up to 64 rows instead of `decode_split`'s choice, and
 /// `PLUMB_CUDA_TMA_NARROW=0` keeps 128-feature tasks where whole-K tasks of 128 features would
 /// leave SMs idle (`narrow`). All compute the same bits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct TmaPlan {
     pub(crate) enabled: bool,
     pub(crate) sms: usize,
@@ -101,6 +114,10 @@ pub(crate) struct TmaPlan {
     pub(crate) persistent: bool,
     pub(crate) max_rows: usize,
     pub(crate) splits: Option<usize>,
+    /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`): off
+    /// unless `PLUMB_CUDA_TMA_CLUSTER=1` (the same bits). On the H200 the 8B's gate|up at 64 rows
+    /// took 98 µs in clusters and 71 µs alone, every other shape the same (session 16).
+    pub(crate) cluster: std::sync::atomic::AtomicBool,
 }
 
 impl TmaPlan {
@@ -131,6 +148,9 @@ impl TmaPlan {
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
             max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(192),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
+            cluster: std::sync::atomic::AtomicBool::new(
+                std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1"),
+            ),
         })
     }
 
@@ -206,6 +226,13 @@ mod tests {
         assert_eq!(tma_smem_of("linear_tma_bf16_n64_f64_k1024"), tma_smem_of("linear_tma_bf16_n64_f64"));
         assert_eq!(tma_smem_of(&tma_name(32, 128, 1024)), Some(tma_smem(32, 128)));
         assert_eq!(tma_name(16, 64, 256), "linear_tma_bf16_n16_f64");
+        assert_eq!(super::tma_name_cl(64, 128, 1024, 2), "linear_tma_bf16_n64_c2_k1024");
+        assert_eq!(tma_smem_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
+        // Clusters share x only where a launch is 64 rows of whole-K 128-feature tasks.
+        assert_eq!(super::tma_cluster(true, 64, 128, 1), 2);
+        for (on, n, ft, splits) in [(false, 64, 128, 1), (true, 32, 128, 1), (true, 64, 64, 1), (true, 64, 128, 2)] {
+            assert_eq!(super::tma_cluster(on, n, ft, splits), 1);
+        }
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));

@@ -23,6 +23,9 @@ pub struct CudaWeight {
     /// This weight's `linear` kernels for many and for few rows, and its `embed` (looked up once,
     /// not per op).
     pub(crate) kernels: [CudaFunction; 3],
+    /// The CUDA-core `linear` for many features and few rows (`linear_wide`; none for a weight on
+    /// the tensor cores).
+    pub(crate) wide_kernel: Option<CudaFunction>,
     /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`, `linear_tma.cu`: bf16
     /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
     /// [`CudaBackend::linear_inputs`]).
@@ -81,6 +84,7 @@ impl CudaBackend {
         } else {
             ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
         };
+        let wide_kernel = (!mma).then(|| self.kernel(&format!("linear_wide_{suffix}")).clone());
         let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
         Ok(CudaWeight {
             name: src.name,
@@ -91,6 +95,7 @@ impl CudaBackend {
             ptr,
             dense_ptr,
             kernels,
+            wide_kernel,
             mma,
             _bytes: bytes,
             _dense: dense,

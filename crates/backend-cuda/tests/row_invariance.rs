@@ -12,7 +12,7 @@ mod kv;
 mod rows;
 
 use kv::{filled_cache, scrambled_lanes};
-use rows::{MAX_M, assert_same_bits, check_rows, pick, weight};
+use rows::{MAX_M, assert_same_bits, check_rows, norm_weight, pick, weight};
 
 use plumb_backend_cuda::CudaBackend;
 use plumb_core::{
@@ -20,19 +20,6 @@ use plumb_core::{
     RopeOps, WeightSource,
 };
 use plumb_verify::inputs::{Rng, Spread, activations};
-
-/// An RMSNorm weight of `cols` values near 1, in f32.
-fn norm_weight(b: &CudaBackend, rng: &mut Rng, cols: usize) -> plumb_backend_cuda::CudaWeight {
-    let wv: Vec<f32> = (0..cols).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
-    b.load_weight(WeightSource {
-        name: "norm".into(),
-        ty: GgmlType::F32,
-        rows: 1,
-        cols,
-        bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
-    })
-    .unwrap()
-}
 
 #[test]
 fn linear_rows_are_batch_invariant_for_every_format() {
@@ -59,6 +46,36 @@ fn linear_rows_are_batch_invariant_for_every_format() {
 }
 
 #[test]
+fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
+    let Some(b) = device::backend("linear_wide") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0x1de);
+    // Weights of 8,192 features or more at up to four rows run on `linear_wide` (a warp's whole
+    // rows at once: the default model's LM head), five rows and more on `linear_split`: each of
+    // the first rows must come out as it does in a batch of nine. 8,196 features end in a partial
+    // block of sixteen; K-quants take K = 768, whose Q6_K rows (630 bytes) are not whole words and
+    // stay on `linear_split`.
+    let n = 8196;
+    for ty in GgmlType::DEQUANTIZABLE {
+        let block = ty.info().expect("dequantizable types have a geometry").block_elems;
+        let k = if 576 % block == 0 { 576 } else { 768 };
+        let w = weight(&b, &mut rng, ty, n, k);
+        let x = activations(&mut rng, 9, k, Spread::DynamicRange);
+        let mut nine = b.tensor(9, n);
+        b.linear(&b.upload(&x, 9, k), &w, &mut nine);
+        let nine = b.download(&nine);
+        assert!(nine.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
+        for m in 1..=4 {
+            let mut few = b.tensor(m, n);
+            b.linear(&b.upload(&x[..m * k], m, k), &w, &mut few);
+            assert_same_bits(&b.download(&few), &nine[..m * n], &|| {
+                format!("linear {ty} {n}x{k}: {m} rows against nine")
+            });
+        }
+    }
+    eprintln!("linear_wide: the bits of linear_split");
+}
+
+#[test]
 fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     let Some(b) = device::backend("linear") else { return };
     let mut rng = Rng::new(device::seed());
@@ -70,69 +87,30 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     // (`linear_tma_bf16_n{32,64}_f64`) where their chunks are short, and split it where they
     // are long; 200 features end in a partial 64-feature tile. K = 9248 takes ten chunks of
     // 1,024, the last of 32 elements (the rest of its stages zeros), split at 64 rows too.
-    for (n, k) in [(40, 8192), (200, 1280), (72, 9248)] {
+    // 16,984 features (133 tiles of 128, the last partial) at K = 512 fill the device at 33-64
+    // rows with whole-K tasks of 128 features, which run alone and (`set_tma_cluster`) in
+    // clusters of two sharing x (`linear_tma_bf16_n64_c2`), the odd last tile's pair with an idle
+    // second CTA.
+    for (n, k) in [(40, 8192), (200, 1280), (72, 9248), (16_984, 512)] {
         let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
         let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-        check_rows(&format!("linear BF16 {n}x{k}"), n, &mut |rows| {
-            let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
-            let mut out = b.tensor(rows.len(), n);
-            b.linear(&xt, &w, &mut out);
-            b.download(&out)
-        });
+        for cluster in if n == 16_984 { &[false, true][..] } else { &[false] } {
+            b.set_tma_cluster(*cluster);
+            let what = format!("linear BF16 {n}x{k}{}", if *cluster { ", clusters of two" } else { "" });
+            check_rows(&what, n, &mut |rows| {
+                let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
+                let mut out = b.tensor(rows.len(), n);
+                b.linear(&xt, &w, &mut out);
+                b.download(&out)
+            });
+        }
+        b.set_tma_cluster(false);
     }
 }
 
 /// With bf16 weights loaded, `rms_norm` (and `silu_mul`) writes the rounded copy of its output the next
 /// tensor-core `linear` takes instead of rounding again: the products must equal those of the
 /// same values uploaded fresh, and a launch that writes the output in between must void the copy.
-#[test]
-fn weights_run_together_give_the_bits_of_each_apart() {
-    let Some(b) = device::backend("linear") else { return };
-    let mut rng = Rng::new(device::seed());
-    // `linear_multi` runs up to three weights of one type and width in one launch (q|k|v,
-    // gate|up), each on whole feature tiles of its own: every output must be the one `linear`
-    // gives alone, for widths that end in partial tiles (576 = 4.5 tiles of 128), for one to
-    // five rows (the split K's last block folds) and more (`fold_chunks` folds; no split), and
-    // for a run of four (three, then one) and of mixed types (split by type).
-    let cases: [(&[usize], usize); 3] = [(&[576, 192, 192], 576), (&[300, 260], 4096), (&[64, 200, 72, 136], 1024)];
-    for ty in [GgmlType::BF16, GgmlType::Q4_1, GgmlType::Q8_0] {
-        for (widths, k) in cases {
-            let ws: Vec<_> = widths.iter().map(|&n| weight(&b, &mut rng, ty, n, k)).collect();
-            for m in [1, 3, 5, 8, 37, 64, 300] {
-                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
-                let mut together: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
-                let refs: Vec<_> = ws.iter().collect();
-                b.linear_multi(&x, &refs, &mut together.iter_mut().collect::<Vec<_>>());
-                for (i, w) in ws.iter().enumerate() {
-                    let mut alone = b.tensor(m, widths[i]);
-                    b.linear(&x, w, &mut alone);
-                    let (got, want) = (b.download(&together[i]), b.download(&alone));
-                    assert_same_bits(&got, &want, &|| {
-                        format!("{ty} {widths:?}x{k}, {m} rows: weight {i} run together")
-                    });
-                    assert!(want.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
-                }
-            }
-        }
-    }
-    // Mixed types: a bf16 weight between two Q8_0 weights runs apart, with the same bits.
-    let k = 576;
-    let ws = [
-        weight(&b, &mut rng, GgmlType::Q8_0, 96, k),
-        weight(&b, &mut rng, GgmlType::BF16, 128, k),
-        weight(&b, &mut rng, GgmlType::Q8_0, 40, k),
-    ];
-    let x = b.upload(&activations(&mut rng, 3, k, Spread::DynamicRange), 3, k);
-    let mut together: Vec<_> = ws.iter().map(|w| b.tensor(3, w.rows)).collect();
-    b.linear_multi(&x, &ws.iter().collect::<Vec<_>>(), &mut together.iter_mut().collect::<Vec<_>>());
-    for (w, got) in ws.iter().zip(&together) {
-        let mut alone = b.tensor(3, w.rows);
-        b.linear(&x, w, &mut alone);
-        assert!(b.download(got).iter().zip(b.download(&alone)).all(|(a, c)| a.to_bits() == c.to_bits()), "mixed types");
-    }
-    eprintln!("linear_multi: every weight run together gives its bits apart");
-}
-
 #[test]
 fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     let Some(b) = device::backend("norm + linear") else { return };
@@ -171,35 +149,6 @@ fn a_norms_rounded_copy_gives_the_bits_of_rounding_again() {
     b.add(&mut normed, &y);
     b.linear(&normed, &w1, &mut one);
     assert_eq!(bits(&one), fresh(&normed, &w1), "linear used a rounded copy older than its input");
-}
-
-#[test]
-fn the_fused_residual_add_and_norm_gives_the_bits_of_the_two_apart() {
-    let Some(b) = device::backend("add + norm") else { return };
-    let mut rng = Rng::new(device::seed() ^ 0xadd0);
-    let (k, n) = (576, 40);
-    let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-    let norm = norm_weight(&b, &mut rng, k);
-    let bits = |t: &plumb_backend_cuda::CudaTensor| b.download(t).iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
-    for rows in [1, 7, 37, 300] {
-        let h = activations(&mut rng, rows, k, Spread::DynamicRange);
-        let d = activations(&mut rng, rows, k, Spread::Cancelling);
-        let (mut apart, mut fused) = (b.upload(&h, rows, k), b.upload(&h, rows, k));
-        let delta = b.upload(&d, rows, k);
-        let (mut normed_apart, mut normed_fused) = (b.tensor(rows, k), b.tensor(rows, k));
-        b.add(&mut apart, &delta);
-        b.rms_norm(&apart, &norm, 1e-5, &mut normed_apart);
-        b.add_rms_norm(&mut fused, &delta, &norm, 1e-5, &mut normed_fused);
-        assert_eq!(bits(&fused), bits(&apart), "{rows} rows: the fused add's sums differ");
-        assert_eq!(bits(&normed_fused), bits(&normed_apart), "{rows} rows: the fused norm differs");
-        // The linear after it takes the fused kernel's rounded copy: the bits of a fresh rounding.
-        let mut after = b.tensor(rows, n);
-        b.linear(&normed_fused, &w, &mut after);
-        let copy = b.upload(&b.download(&normed_fused), rows, k);
-        let mut fresh = b.tensor(rows, n);
-        b.linear(&copy, &w, &mut fresh);
-        assert_eq!(bits(&after), bits(&fresh), "{rows} rows: linear after the fused norm differs");
-    }
 }
 
 #[test]

@@ -286,6 +286,53 @@ pub trait LinearOps: Backend {
             self.linear(x, w, out);
         }
     }
+    /// A SwiGLU's first half: out = silu(x · gateᵀ) · (x · upᵀ), the gate and up products and the
+    /// `silu_mul` that reads them, which a backend may run as one launch. The bits must be those
+    /// of `linear_multi` then `silu_mul` ([`swiglu_apart`]). out: [num_rows, rows(gate)].
+    fn linear_swiglu(&self, x: &Self::Tensor, gate: &Self::Weight, up: &Self::Weight, out: &mut Self::Tensor)
+    where
+        Self: ElementwiseOps,
+    {
+        swiglu_apart(self, x, gate, up, out);
+    }
+    /// A residual add of a product: acc += x · wᵀ, which a backend may fold into the product's
+    /// store. The bits must be those of `linear` then `add` ([`linear_add_apart`]).
+    fn linear_add(&self, x: &Self::Tensor, w: &Self::Weight, acc: &mut Self::Tensor)
+    where
+        Self: ElementwiseOps,
+    {
+        linear_add_apart(self, x, w, acc);
+    }
+    /// Products of a normalized input: outs[i] = rms_norm(x) · ws[i]ᵀ (`norm`: the norm's weight
+    /// and epsilon), which a backend may run with the norm computed inside the products' launch.
+    /// The bits must be those of `rms_norm` then `linear_multi` ([`norm_linear_apart`]).
+    fn norm_linear_multi(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        ws: &[&Self::Weight],
+        outs: &mut [&mut Self::Tensor],
+    ) where
+        Self: ElementwiseOps,
+    {
+        let normed = norm_apart(self, x, norm);
+        self.linear_multi(&normed, ws, outs);
+    }
+    /// `linear_swiglu` of rms_norm(x), which a backend may run as one launch. The bits must be
+    /// those of `rms_norm` then `linear_swiglu`.
+    fn norm_linear_swiglu(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        out: &mut Self::Tensor,
+    ) where
+        Self: ElementwiseOps,
+    {
+        let normed = norm_apart(self, x, norm);
+        self.linear_swiglu(&normed, gate, up, out);
+    }
     /// Independent products (the experts of a MoE layer): outs[i] = xs[i] · ws[i]ᵀ. A fast
     /// backend runs them as one launch; each output is computed exactly as `linear` computes it.
     fn linear_batched(&self, xs: &[&Self::Tensor], ws: &[&Self::Weight], outs: &mut [&mut Self::Tensor]) {
@@ -301,6 +348,52 @@ pub trait LinearOps: Backend {
     fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
     /// out[i, :] = x[rows[i], :].
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32], out: &mut Self::Tensor);
+}
+
+/// `linear_swiglu` as its parts: the gate and up products (`linear_multi`), then `silu_mul`.
+pub fn swiglu_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    gate: &B::Weight,
+    up: &B::Weight,
+    out: &mut B::Tensor,
+) {
+    let n = x.rows();
+    let (mut g, mut u) = (b.tensor(n, gate.rows()), b.tensor(n, up.rows()));
+    b.linear_multi(x, &[gate, up], &mut [&mut g, &mut u]);
+    b.silu_mul(&g, &u, out);
+}
+
+/// `linear_add` as its parts: the product into a tensor of its own, then `add`.
+pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    acc: &mut B::Tensor,
+) {
+    let mut out = b.tensor(x.rows(), w.rows());
+    b.linear(x, w, &mut out);
+    b.add(acc, &out);
+}
+
+/// rms_norm(x) with `norm`'s weight and epsilon, into a tensor of its own: the first part of
+/// `norm_linear_multi` and `norm_linear_swiglu` apart.
+pub fn norm_apart<B: ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, norm: (&B::Weight, f32)) -> B::Tensor {
+    let mut normed = b.tensor(x.rows(), x.cols());
+    b.rms_norm(x, norm.0, norm.1, &mut normed);
+    normed
+}
+
+/// `norm_linear_multi` as its parts: `rms_norm`, then `linear_multi`.
+pub fn norm_linear_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    norm: (&B::Weight, f32),
+    ws: &[&B::Weight],
+    outs: &mut [&mut B::Tensor],
+) {
+    let normed = norm_apart(b, x, norm);
+    b.linear_multi(&normed, ws, outs);
 }
 
 /// Normalization and element-wise ops.
@@ -394,6 +487,28 @@ pub trait AttentionOps: Backend {
         let (num_heads, num_kv_heads, head_dim) = heads;
         self.rope_qk(q, k, table, num_heads, num_kv_heads, head_dim, rotate_half);
         self.write_kv(kv, layer, k, v, batch);
+    }
+    /// The q, k and v products of rms_norm(x) (`norm`: its weight and epsilon; `ws`: q's, k's and
+    /// v's weights), then `rope_write_kv` of them: one launch on a backend that fuses them, with
+    /// the bits of `norm_linear_multi` then `rope_write_kv`.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_qkv_rope_write_kv(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Weight, f32),
+        ws: [&Self::Weight; 3],
+        [q, k, v]: [&mut Self::Tensor; 3],
+        table: &Self::Tensor,
+        kv: &mut Self::KvCache,
+        layer: usize,
+        batch: &ForwardBatch,
+        heads: (usize, usize, usize),
+        rotate_half: bool,
+    ) where
+        Self: LinearOps + ElementwiseOps + RopeOps,
+    {
+        self.norm_linear_multi(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
+        self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
     }
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.
     /// q: [num_rows, num_heads · head_dim] → out: same shape. `scale` multiplies the scores; it is

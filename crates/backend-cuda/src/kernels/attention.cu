@@ -45,49 +45,6 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// The element types K and V are stored in (KvStore): values are rounded to them once, by
-// write_kv, and read back exactly (widened to f32) by every row that attends to them.
-#define KV_F32 0
-#define KV_F16 1
-#define KV_BF16 2
-
-template <int ST> struct Kv;
-template <> struct Kv<KV_F32> {
-    static constexpr int BYTES = 4;
-    __device__ static float4 load4(const u8* p) { return *(const float4*)p; }
-    __device__ static float load1(const u8* p) { return *(const float*)p; }
-    __device__ static void store(u8* p, float x) { *(float*)p = x; }
-};
-__device__ __forceinline__ float half_bits_f32(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-template <> struct Kv<KV_F16> {
-    static constexpr int BYTES = 2;
-    __device__ static float4 load4(const u8* p) {
-        const uint2 u = *(const uint2*)p;
-        return make_float4(half_bits_f32(u.x & 0xffffu), half_bits_f32(u.x >> 16), half_bits_f32(u.y & 0xffffu),
-                           half_bits_f32(u.y >> 16));
-    }
-    __device__ static float load1(const u8* p) { return half_bits_f32(*(const unsigned short*)p); }
-    __device__ static void store(u8* p, float x) {
-        unsigned short h;
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-        *(unsigned short*)p = h;
-    }
-};
-template <> struct Kv<KV_BF16> {
-    static constexpr int BYTES = 2;
-    __device__ static float4 load4(const u8* p) {
-        const uint2 u = *(const uint2*)p;
-        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                           __uint_as_float(u.y & 0xffff0000u));
-    }
-    __device__ static float load1(const u8* p) { return __uint_as_float((u32)*(const unsigned short*)p << 16); }
-    __device__ static void store(u8* p, float x) { *(unsigned short*)p = (unsigned short)bf16_bits(x); }
-};
-
 // Stores each row's K and V at its slot, rounded to the cache's element type.
 template <int ST>
 __device__ __forceinline__ void write_kv_body(const float* __restrict__ k, const float* __restrict__ v,

@@ -3,6 +3,8 @@
 // shape never depends on the number of rows (one block or thread per row or element).
 
 #define NORM_THREADS 256
+// linear.cu's split kernel computes this norm inside its blocks with these threads' arithmetic.
+static_assert(NORM_THREADS == LIN_NORM_THREADS, "linear.cu's norm_rows takes rms_norm's threads");
 // Columns a thread loads before it computes with any of them (a batch): rows of up to
 // NORM_THREADS * NORM_BATCH columns take one round trip to memory a pass.
 #define NORM_BATCH 16
@@ -24,10 +26,7 @@ __device__ __forceinline__ float norm_inv(float s, int cols, float eps) {
     for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
     __syncthreads();
-    float total = part[0];
-#pragma unroll
-    for (int i = 1; i < NORM_THREADS / 32; i++) total = __fadd_rn(total, part[i]);
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)cols), eps)));
+    return norm_inv_of(part, cols, eps);
 }
 
 // out[n, :] = x[n, :] / sqrt(mean(x[n, :]^2) + eps) * w. One block of NORM_THREADS per row:

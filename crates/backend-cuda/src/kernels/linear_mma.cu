@@ -34,13 +34,6 @@ __device__ __forceinline__ int kperm(int k) {
     return (k / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + k % 2;
 }
 
-// float -> bf16 bits, round to nearest even (NaN stays a quiet NaN).
-__device__ __forceinline__ u32 bf16_bits(float f) {
-    u32 u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
 // The activations as the products take them, k-permuted: group i of 32 (one thread each; rows
 // are whole groups) of x rounded to bf16, word j = 4t + c stored at word 4c + t.
 extern "C" __global__ void round_bf16(const float* __restrict__ x, u32* __restrict__ xb, u64 n32) {

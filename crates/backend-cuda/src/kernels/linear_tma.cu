@@ -69,6 +69,31 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int k, i
         : "memory");
 }
 
+// The tile at (k, row) of `map` into shared memory at `dst` of every CTA of the cluster in `mask`,
+// completing its bytes on each one's barrier at `bar` (the same offsets in each).
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaMap* map, int k, int row, u32 bar,
+                                                      unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"((u64)map), "r"(k), "r"(row), "r"(bar), "h"(mask)
+        : "memory");
+}
+
+// An arrival on the barrier at `bar` of CTA `cta` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
+
+// Every thread of every CTA of the cluster, past what each did before (memory included).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // The left fold (((0 + p[0]) + p[s]) + p[2s]) + … of `num_chunks` partials `s` apart, the fold of
 // a split K's chunk partials. The loads go out FOLD_BATCH at a time with the next batch's issued
 // before this batch's adds, so the chain of adds waits on memory about once, not once a load (a
@@ -165,11 +190,11 @@ __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 1
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT, int SPC>
+template <int N, int FT, int SPC, int CL>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
-                                           float* __restrict__ part, u32* __restrict__ counters) {
+                                           float* __restrict__ part, u32* __restrict__ counters, int resid) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
@@ -177,6 +202,12 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
     static_assert(FT == 128 || (FT == 64 && N >= 16), "64-feature tasks split at least 16 rows");
+    // CL: CTAs of a cluster (1 or 2). Two take a pair of feature tiles of the same rows and K, in
+    // lockstep, and each copies half of the rows of x to both (`multicast`): x crosses from L2 once
+    // a pair instead of once a tile. Only where bytes land: the same arithmetic, the same bits.
+    static_assert(CL == 1 || CL == 2, "clusters of one or two CTAs");
+    constexpr int X_ROWS = N / CL;  // rows of x this CTA copies each stage (to every CTA of the cluster)
+    const int rank = CL == 2 ? (int)(blockIdx.x % 2) : 0;
     extern __shared__ __align__(128) u8 smem[];
     __shared__ __align__(8) u64 bars[2 * STAGES];
     __shared__ int is_last;
@@ -187,26 +218,36 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
-    const int tasks = row_tiles * splits * ((n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT);
+    const int all_tiles = (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
+    // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
+    const int tasks = row_tiles * splits * ((all_tiles + CL - 1) / CL);
     const bool split = splits > 1;
     // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
     // chunks of one split, FT features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
-    // (persistent: the producer stages the next task while the consumers store this one).
-    auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft) {
+    // (persistent: the producer stages the next task while the consumers store this one); a
+    // cluster walks its tasks together. `own`: false for the second rank of a pair past the last
+    // tile, which stages and computes the last tile again (its peer needs its half of x) and
+    // stores nothing.
+    const int first = (int)blockIdx.x / CL, stride = (int)gridDim.x / CL;
+    auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft, bool& own) {
         r0 = (t % row_tiles) * N;
         const int rest = t / row_tiles;
         c_lo = (rest % splits) * chunks_per_split;
         c_hi = min(num_chunks, c_lo + chunks_per_split);
-        ft = rest / splits;
+        ft = CL * (rest / splits) + rank;
+        own = ft < all_tiles;
+        ft = min(ft, all_tiles - 1);
     };
     if (threadIdx.x == 0) {
         for (int b = 0; b < STAGES; b++) {
             mbar_init(full0 + 8 * b, 1);
-            mbar_init(empty0 + 8 * b, 8);
+            // Every consumer warp of the cluster releases a stage: a CTA's copy of x lands in all.
+            mbar_init(empty0 + 8 * b, 8 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    if constexpr (CL == 2) cluster_sync();  // the peer's barriers exist before any copy lands there
 
     if (threadIdx.x >= 256) {
         if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -215,9 +256,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             // before (the kernel's PDL_LAUNCH came first; no kernel of a forward writes a weight,
             // dequant.cu), the activations' after: a stage's barrier completes on both.
             int early = 0;
-            if (EARLY_WEIGHTS && (int)blockIdx.x < tasks) {
+            if (EARLY_WEIGHTS && first < tasks) {
                 int r0, c_lo, c_hi, ft;
-                task(blockIdx.x, r0, c_lo, c_hi, ft);
+                bool own;
+                task(first, r0, c_lo, c_hi, ft, own);
                 const Seg sg = seg_of(ft, FT, n0, n1);
                 const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
@@ -227,9 +269,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             }
             PDL_WAIT();
             int i = 0;  // stages issued by this block, over all its tasks
-            for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
+            for (int t = first; t < tasks; t += stride) {
                 int r0, c_lo, c_hi, ft;
-                task(t, r0, c_lo, c_hi, ft);
+                bool own;
+                task(t, r0, c_lo, c_hi, ft, own);
                 const Seg sg = seg_of(ft, FT, n0, n1);
                 const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
@@ -240,12 +283,18 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                         mbar_expect_tx(full, STAGE);
                         tma_load_2d(dst, wmap, s * WG_KS, sg.u * FT, full);
                     }
-                    tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
+                    if constexpr (CL == 2) {
+                        tma_load_2d_multicast(dst + W_BYTES + rank * X_ROWS * 128, &xmap, s * WG_KS,
+                                              r0 + rank * X_ROWS, full, 0x3);
+                    } else {
+                        tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
+                    }
                 }
             }
         } else {
             PDL_WAIT();
         }
+        if constexpr (CL == 2) cluster_sync();  // no CTA leaves while its peer may still reach it
         return;
     }
     if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -254,9 +303,15 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
     int i = 0;  // stages consumed, over all tasks
-    for (int t = blockIdx.x; t < tasks; t += gridDim.x) {
+    // A stage goes back to every CTA of the cluster: each one's copy of x lands in all of them.
+    auto release = [&](int b) {
+        mbar_arrive(empty0 + 8 * b);
+        if constexpr (CL == 2) mbar_arrive_cluster(empty0 + 8 * b, rank ^ 1);
+    };
+    for (int t = first; t < tasks; t += stride) {
         int r0, c_lo, c_hi, ft;
-        task(t, r0, c_lo, c_hi, ft);
+        bool own;
+        task(t, r0, c_lo, c_hi, ft, own);
         // This tile's weight has n_out features; the thread's first is m0 of them, and m0 + f_all
         // of the launch's (`part` holds all the weights' features end to end). Its rows start at
         // n0w: the task's first, or its second half's for warpgroup 1 of a 64-feature task.
@@ -281,16 +336,16 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 if (q > 0) {
                     // The previous stage's steps have completed: its buffer goes back to the producer.
                     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                    if (lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+                    if (lane == 0) release((i - 1) % STAGES);
                 }
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            if (lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+            if (lane == 0) release((i - 1) % STAGES);
             if (split) {
 #pragma unroll
                 for (int e = 0; e < NW / 2; e++) {
                     const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
-                    if (m < n_out && n < num_rows)
+                    if (own && m < n_out && n < num_rows)
                         part[((u64)c * num_rows + n) * n_all + pick3(sg.s, 0, n0, n0 + n1) + m] = d[e];
                 }
             } else {
@@ -305,7 +360,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 #pragma unroll
             for (int e = 0; e < NW / 2; e++) {
                 const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
-                if (m < n_out && n < num_rows) out[(u64)n * n_out + m] = acc[e];
+                if (own && m < n_out && n < num_rows) store_out(out + (u64)n * n_out + m, acc[e], resid);
             }
             continue;
         }
@@ -323,39 +378,43 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             const int n = j / FT, m = sg.u * FT + j % FT;
             if (m >= n_out) continue;
             const int f_all = pick3(sg.s, 0, n0, n0 + n1);
-            out[(u64)n * n_out + m] = fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks);
+            store_out(out + (u64)n * n_out + m,
+                      fold_column(part + (u64)n * n_all + f_all + m, (u64)num_rows * n_all, num_chunks), resid);
         }
         if (threadIdx.x == 0) counters[ft] = 0;
     }
+    if constexpr (CL == 2) cluster_sync();
 #endif
 }
 
 // The fold of a split K's chunk partials ([chunk][row][feature], the features of up to three
 // weights end to end as `linear_tma` writes them) in ascending chunk order, one thread per
-// output element: the left fold the unsplit kernels keep in registers.
+// output element: the left fold the unsplit kernels keep in registers (added into the output with
+// `resid`, as `linear_tma` does).
 extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* out0, float* out1, float* out2,
-                                       int num_rows, int n0, int n1, int n2, int num_chunks) {
+                                       int num_rows, int n0, int n1, int n2, int num_chunks, int resid) {
     PDL_ENTRY();
     const u64 n_all = (u64)(n0 + n1 + n2), i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)num_rows * n_all) return;
     const int row = (int)(i / n_all);
     const Seg sg = seg_of((int)(i % n_all), 1, n0, n1);
-    pick3(sg.s, out0, out1, out2)[(u64)row * pick3(sg.s, n0, n1, n2) + sg.u] =
-        fold_column(part + i, (u64)num_rows * n_all, num_chunks);
+    store_out(pick3(sg.s, out0, out1, out2) + (u64)row * pick3(sg.s, n0, n1, n2) + sg.u,
+              fold_column(part + i, (u64)num_rows * n_all, num_chunks), resid);
 }
 
 // One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
 // the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
 // accumulators of the 64-row instance at its 96 registers).
-#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS)                                                                       \
+#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_CL(N, FT, SPC, 1, NAME, BLOCKS)
+#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS)                                                                \
     extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters) {                                                                              \
+        u32* __restrict__ counters, int resid) {                                                                   \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
-        linear_tma<N, FT, SPC>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,              \
-                               chunks_per_split, part, counters);                                                  \
+        linear_tma<N, FT, SPC, CL>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,          \
+                                   chunks_per_split, part, counters, resid);                                       \
     }
 #define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
     LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
@@ -369,3 +428,6 @@ LINEAR_TMA_KC(192, 128, n192, 1)
 LINEAR_TMA_KC(16, 64, n16_f64, 2)
 LINEAR_TMA_KC(32, 64, n32_f64, 2)
 LINEAR_TMA_KC(64, 64, n64_f64, 2)
+// 64 rows of x shared by a cluster of two (`CL`): whole-K tasks of 128 features at 33-64 rows.
+LINEAR_TMA_CL(64, 128, 4, 2, n64_c2, 2)
+LINEAR_TMA_CL(64, 128, 16, 2, n64_c2_k1024, 2)

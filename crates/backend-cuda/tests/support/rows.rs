@@ -64,3 +64,16 @@ pub fn weight(
     let bytes = HostBytes::from_vec(weight_bytes(rng, ty, rows, cols));
     b.load_weight(WeightSource { name: format!("{ty}"), ty, rows, cols, bytes }).unwrap()
 }
+
+/// An RMSNorm weight of `cols` values near 1, in f32.
+pub fn norm_weight(b: &CudaBackend, rng: &mut Rng, cols: usize) -> plumb_backend_cuda::CudaWeight {
+    let wv: Vec<f32> = (0..cols).map(|_| (1.0 + 0.1 * rng.normal()) as f32).collect();
+    b.load_weight(WeightSource {
+        name: "norm".into(),
+        ty: GgmlType::F32,
+        rows: 1,
+        cols,
+        bytes: HostBytes::from_vec(wv.iter().flat_map(|v| v.to_le_bytes()).collect()),
+    })
+    .unwrap()
+}

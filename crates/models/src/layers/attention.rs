@@ -73,12 +73,76 @@ impl<B: FullBackend> Attention<B> {
         layer: usize,
         trace: &mut Option<Trace<'_, B>>,
     ) -> B::Tensor {
-        let n = x.rows();
-        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let mut q = b.tensor(n, h * d);
-        let mut k = b.tensor(n, kvh * d);
-        let mut v = b.tensor(n, kvh * d);
+        let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
         b.linear_multi(x, &[&self.q_proj, &self.k_proj, &self.v_proj], &mut [&mut q, &mut k, &mut v]);
+        let attn = self.attend(b, [q, k, v], rope, batch, kv, layer, trace);
+        self.project_out(b, &attn)
+    }
+
+    /// x += `forward`(rms_norm(x)) (`norm`: the layer's input norm weight and epsilon), with the
+    /// norm inside the q|k|v products (`norm_linear_multi`) and the add inside o's (`linear_add`,
+    /// where o has no bias), for a backend that fuses them: the bits of `rms_norm`, `forward` and
+    /// `add` apart. Untraced steps only (the trace wants the normed input).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_residual(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        norm: (&B::Weight, f32),
+        rope: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+    ) {
+        let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
+        let ws = [&self.q_proj, &self.k_proj, &self.v_proj];
+        let attn = if self.biases[..3].iter().all(Option::is_none) && self.qk_norm.is_none() {
+            // Nothing between the products and RoPE: one launch where the backend fuses them.
+            let (heads, rotate_half) = ((self.num_heads, self.num_kv_heads, self.head_dim), self.rotate_half());
+            b.norm_qkv_rope_write_kv(x, norm, ws, [&mut q, &mut k, &mut v], rope, kv, layer, batch, heads, rotate_half);
+            self.attention(b, &q, batch, kv, layer, &mut None)
+        } else {
+            b.norm_linear_multi(x, norm, &ws, &mut [&mut q, &mut k, &mut v]);
+            self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None)
+        };
+        // The bias goes in before the residual add: o's add in the store only without one.
+        match &self.biases[3] {
+            None => b.linear_add(&attn, &self.o_proj, x),
+            Some(_) => b.add(x, &self.project_out(b, &attn)),
+        }
+    }
+
+    /// o's product of the attention output, with its bias where the checkpoint has one.
+    fn project_out(&self, b: &B, attn: &B::Tensor) -> B::Tensor {
+        let mut out = b.tensor(attn.rows(), self.o_proj.rows());
+        b.linear(attn, &self.o_proj, &mut out);
+        if let Some(bias) = &self.biases[3] {
+            b.add_bias(&mut out, bias);
+        }
+        out
+    }
+
+    /// Empty q, k and v for `n` rows.
+    fn qkv_tensors(&self, b: &B, n: usize) -> [B::Tensor; 3] {
+        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        [b.tensor(n, h * d), b.tensor(n, kvh * d), b.tensor(n, kvh * d)]
+    }
+
+    /// From the projected q, k and v to the attention output (before o): biases, the QK norm,
+    /// RoPE and the K/V store, then attention over the cache.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        b: &B,
+        [mut q, mut k, mut v]: [B::Tensor; 3],
+        rope: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let n = q.rows();
+        let (h, kvh, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         for (t, bias) in [&mut q, &mut k, &mut v].into_iter().zip(&self.biases) {
             if let Some(bias) = bias {
                 b.add_bias(t, bias);
@@ -94,24 +158,37 @@ impl<B: FullBackend> Attention<B> {
                 t("k_norm", Some(layer), &k);
             }
         }
-        let rotate_half = self.rope_layout == RopeLayout::RotateHalf;
-        b.rope_write_kv(&mut q, &mut k, &v, rope, kv, layer, batch, (h, kvh, d), rotate_half);
+        b.rope_write_kv(&mut q, &mut k, &v, rope, kv, layer, batch, (h, kvh, d), self.rotate_half());
         if let Some(t) = trace {
             t("q_rope", Some(layer), &q);
             t("k_rope", Some(layer), &k);
         }
-        let mut attn = b.tensor(n, h * d);
+        self.attention(b, &q, batch, kv, layer, trace)
+    }
+
+    /// Whether RoPE rotates (x[i], x[i + r/2]) rather than adjacent pairs.
+    fn rotate_half(&self) -> bool {
+        self.rope_layout == RopeLayout::RotateHalf
+    }
+
+    /// Attention of the rotated q over the cache (K/V already stored).
+    fn attention(
+        &self,
+        b: &B,
+        q: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvCache,
+        layer: usize,
+        trace: &mut Option<Trace<'_, B>>,
+    ) -> B::Tensor {
+        let (h, d) = (self.num_heads, self.head_dim);
+        let mut attn = b.tensor(q.rows(), h * d);
         // The scale rounded to float32 first, as these families have always computed it.
         let scale = (1.0 / (d as f32).sqrt()) as f64;
-        b.attention(&q, kv, layer, batch, h, scale, &mut attn);
+        b.attention(q, kv, layer, batch, h, scale, &mut attn);
         if let Some(t) = trace {
             t("attn_out", Some(layer), &attn);
         }
-        let mut out = b.tensor(n, self.o_proj.rows());
-        b.linear(&attn, &self.o_proj, &mut out);
-        if let Some(bias) = &self.biases[3] {
-            b.add_bias(&mut out, bias);
-        }
-        out
+        attn
     }
 }

@@ -37,6 +37,19 @@ impl<B: FullBackend> FeedForward<B> {
             FeedForward::Moe(moe) => moe.forward(b, x, layer, trace),
         }
     }
+
+    /// x += `forward`(rms_norm(x)): a dense block with the norm and the add inside its products
+    /// where the backend fuses them (`Mlp::forward_residual`), experts on the norm apart.
+    pub fn forward_residual(&self, b: &B, x: &mut B::Tensor, norm: (&B::Weight, f32), layer: usize) {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward_residual(b, x, norm),
+            FeedForward::Moe(moe) => {
+                let normed = plumb_core::norm_apart(b, x, norm);
+                let out = moe.forward(b, &normed, layer, &mut None);
+                b.add(x, &out);
+            }
+        }
+    }
 }
 
 /// One decoder layer.
@@ -118,6 +131,26 @@ impl<B: FullBackend> Decoder<B> {
         let mut x = b.tensor(n, hidden);
         b.embed(&batch.token_ids, &self.embed_tokens, &mut x);
         let rope = b.rope_table(&batch.positions, &self.inv_freq);
+        if trace.is_none() {
+            // Each sublayer reads rms_norm(x) and adds its output into x, the norm inside its
+            // first products and the add inside its last where the backend fuses them: the bits
+            // of the traced loop below, which materializes the norms for the trace.
+            for (i, layer) in self.layers.iter().enumerate() {
+                let attn_norm = (&layer.input_layernorm, eps);
+                layer.self_attn.forward_residual(b, &mut x, attn_norm, &rope, batch, kv, i);
+                layer.mlp.forward_residual(b, &mut x, (&layer.post_attention_layernorm, eps), i);
+            }
+            let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+            return output_head(
+                b,
+                &x,
+                batch,
+                c.vocab_size,
+                head,
+                |x, out| b.rms_norm(x, &self.norm, eps, out),
+                &mut trace,
+            );
+        }
         let mut normed = b.tensor(n, hidden);
         // Each residual add and the norm that reads its sum run as one `add_rms_norm` (the bits of
         // the two apart); the last layer's output goes to the final norm in the head.

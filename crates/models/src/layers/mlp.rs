@@ -70,8 +70,28 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         outs
     }
 
-    /// x: [num_rows, hidden] → [num_rows, hidden].
-    pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
+    /// x += `forward`(rms_norm(x)) (`norm`: the norm's weight and epsilon), with the norm inside
+    /// the gate|up products and the SwiGLU (`norm_linear_swiglu`, where gate and up have no bias)
+    /// and the add inside down's (`linear_add`, where down has none), for a backend that fuses
+    /// them: the bits of `rms_norm`, `forward` and `add` apart. Untraced steps only.
+    pub fn forward_residual(&self, b: &B, x: &mut B::Tensor, norm: (&B::Weight, f32)) {
+        let n = x.rows();
+        let mut act = b.tensor(n, self.gate_proj.rows());
+        if self.biases[0].is_none() && self.biases[1].is_none() {
+            b.norm_linear_swiglu(x, norm, &self.gate_proj, &self.up_proj, &mut act);
+        } else {
+            let normed = plumb_core::norm_apart(b, x, norm);
+            self.gate_up_biased(b, &normed, &mut act);
+        }
+        // The bias goes in before the residual add: down's add in the store only without one.
+        match &self.biases[2] {
+            None => b.linear_add(&act, &self.down_proj, x),
+            Some(_) => b.add(x, &self.project_down(b, &act)),
+        }
+    }
+
+    /// silu(gate(x) + gate bias) · (up(x) + up bias) into act, the biases as the checkpoint has them.
+    fn gate_up_biased(&self, b: &B, x: &B::Tensor, act: &mut B::Tensor) {
         let n = x.rows();
         let mut gate = b.tensor(n, self.gate_proj.rows());
         let mut up = b.tensor(n, self.up_proj.rows());
@@ -81,13 +101,29 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
                 b.add_bias(t, bias);
             }
         }
+        b.silu_mul(&gate, &up, act);
+    }
+
+    /// x: [num_rows, hidden] → [num_rows, hidden].
+    pub fn forward(&self, b: &B, x: &B::Tensor, layer: usize, trace: &mut Option<Trace<'_, B>>) -> B::Tensor {
+        let n = x.rows();
         let mut act = b.tensor(n, self.gate_proj.rows());
-        b.silu_mul(&gate, &up, &mut act);
+        if self.biases[0].is_none() && self.biases[1].is_none() {
+            // The products and the SwiGLU that reads them: one launch where the backend fuses them.
+            b.linear_swiglu(x, &self.gate_proj, &self.up_proj, &mut act);
+        } else {
+            self.gate_up_biased(b, x, &mut act);
+        }
         if let Some(t) = trace {
             t("ffn_act", Some(layer), &act);
         }
-        let mut out = b.tensor(n, self.down_proj.rows());
-        b.linear(&act, &self.down_proj, &mut out);
+        self.project_down(b, &act)
+    }
+
+    /// down's product of the activation, with its bias where the checkpoint has one.
+    fn project_down(&self, b: &B, act: &B::Tensor) -> B::Tensor {
+        let mut out = b.tensor(act.rows(), self.down_proj.rows());
+        b.linear(act, &self.down_proj, &mut out);
         if let Some(bias) = &self.biases[2] {
             b.add_bias(&mut out, bias);
         }
