@@ -11,11 +11,15 @@ use crate::dtype::GgmlType;
 use crate::logprobs::{LogprobRow, TokenLogprobs};
 use crate::pick::{PickRow, Picked};
 
+mod apart;
 mod deepseek_v4;
+mod precision;
+pub use apart::{linear_add_apart, norm_apart, norm_linear_apart, swiglu_apart};
 pub use deepseek_v4::{
     COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
     PagedSegment, SCORED_MOE_OPS, ScoredMoeOps, paged_segments,
 };
+pub use precision::{KvStore, LinearInputs};
 
 /// A weight as stored in a checkpoint: `rows` outputs of `cols` inputs, in type `ty`.
 #[derive(Clone, Debug)]
@@ -46,92 +50,6 @@ pub enum BackendError {
 pub trait Shape {
     fn rows(&self) -> usize;
     fn cols(&self) -> usize;
-}
-
-/// How `linear` rounds its activation input ([`Backend::linear_inputs`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinearInputs {
-    /// Activations enter the products as f32.
-    F32,
-    /// Each activation is rounded to bf16 (to nearest, ties to even) first; products and sums
-    /// stay f32.
-    Bf16,
-    /// Each block of 32 activations of a row becomes int8 codes and one f32 scale
-    /// ([`crate::q8`]), so the products can be integer dot products (llama.cpp's Q8 activations).
-    Q8,
-}
-
-impl LinearInputs {
-    /// Rows of activations (K a multiple of 32 for `Q8`) as the products see them, in float64,
-    /// which holds every rounded value exactly.
-    pub fn apply_f64(self, x: &[f32]) -> Vec<f64> {
-        match self {
-            LinearInputs::F32 => x.iter().map(|&v| v as f64).collect(),
-            LinearInputs::Bf16 => x.iter().map(|&v| half::bf16::from_f32(v).to_f64()).collect(),
-            LinearInputs::Q8 => crate::q8::round_trip_f64(x),
-        }
-    }
-
-    /// `apply_f64` rounded back to f32 (exact for f32 and bf16; within half an f32 ulp for Q8).
-    pub fn apply(self, x: &[f32]) -> Vec<f32> {
-        self.apply_f64(x).into_iter().map(|v| v as f32).collect()
-    }
-
-    /// The name `--act-dtype` takes and receipts print: `f32`, `bf16`, `q8`.
-    pub fn name(self) -> &'static str {
-        match self {
-            LinearInputs::F32 => "f32",
-            LinearInputs::Bf16 => "bf16",
-            LinearInputs::Q8 => "q8",
-        }
-    }
-}
-
-/// The element type a backend stores K and V in ([`Backend::kv_store`]): what attention reads
-/// back of every cached position, whichever step wrote it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvStore {
-    /// f32, as computed.
-    #[default]
-    F32,
-    /// Each value rounded to IEEE half precision (to nearest, ties to even; beyond ±65504 it is
-    /// ±inf, which the gate's NaN check then catches).
-    F16,
-    /// Each value rounded to bf16 (to nearest, ties to even).
-    Bf16,
-}
-
-impl KvStore {
-    /// `x` as attention reads it back.
-    pub fn round(self, x: f32) -> f32 {
-        match self {
-            KvStore::F32 => x,
-            KvStore::F16 => half::f16::from_f32(x).to_f32(),
-            KvStore::Bf16 => half::bf16::from_f32(x).to_f32(),
-        }
-    }
-
-    /// Bytes per stored value.
-    pub fn bytes(self) -> usize {
-        match self {
-            KvStore::F32 => 4,
-            KvStore::F16 | KvStore::Bf16 => 2,
-        }
-    }
-
-    /// The name `--kv-dtype` takes and receipts print: `f32`, `f16`, `bf16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            KvStore::F32 => "f32",
-            KvStore::F16 => "f16",
-            KvStore::Bf16 => "bf16",
-        }
-    }
-
-    /// The store named `name` (`f32`, `f16`, `bf16`).
-    pub fn parse(name: &str) -> Option<KvStore> {
-        [KvStore::F32, KvStore::F16, KvStore::Bf16].into_iter().find(|s| s.name() == name)
-    }
 }
 
 /// Memory: tensors, weights and the KV cache. Every other group builds on it.
@@ -348,52 +266,6 @@ pub trait LinearOps: Backend {
     fn embed(&self, ids: &[u32], table: &Self::Weight, out: &mut Self::Tensor);
     /// out[i, :] = x[rows[i], :].
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32], out: &mut Self::Tensor);
-}
-
-/// `linear_swiglu` as its parts: the gate and up products (`linear_multi`), then `silu_mul`.
-pub fn swiglu_apart<B: LinearOps + ElementwiseOps + ?Sized>(
-    b: &B,
-    x: &B::Tensor,
-    gate: &B::Weight,
-    up: &B::Weight,
-    out: &mut B::Tensor,
-) {
-    let n = x.rows();
-    let (mut g, mut u) = (b.tensor(n, gate.rows()), b.tensor(n, up.rows()));
-    b.linear_multi(x, &[gate, up], &mut [&mut g, &mut u]);
-    b.silu_mul(&g, &u, out);
-}
-
-/// `linear_add` as its parts: the product into a tensor of its own, then `add`.
-pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(
-    b: &B,
-    x: &B::Tensor,
-    w: &B::Weight,
-    acc: &mut B::Tensor,
-) {
-    let mut out = b.tensor(x.rows(), w.rows());
-    b.linear(x, w, &mut out);
-    b.add(acc, &out);
-}
-
-/// rms_norm(x) with `norm`'s weight and epsilon, into a tensor of its own: the first part of
-/// `norm_linear_multi` and `norm_linear_swiglu` apart.
-pub fn norm_apart<B: ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, norm: (&B::Weight, f32)) -> B::Tensor {
-    let mut normed = b.tensor(x.rows(), x.cols());
-    b.rms_norm(x, norm.0, norm.1, &mut normed);
-    normed
-}
-
-/// `norm_linear_multi` as its parts: `rms_norm`, then `linear_multi`.
-pub fn norm_linear_apart<B: LinearOps + ElementwiseOps + ?Sized>(
-    b: &B,
-    x: &B::Tensor,
-    norm: (&B::Weight, f32),
-    ws: &[&B::Weight],
-    outs: &mut [&mut B::Tensor],
-) {
-    let normed = norm_apart(b, x, norm);
-    b.linear_multi(&normed, ws, outs);
 }
 
 /// Normalization and element-wise ops.
