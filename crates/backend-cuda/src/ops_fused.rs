@@ -16,6 +16,13 @@ use plumb_core::{
 };
 use std::sync::atomic::Ordering;
 
+/// The most rows whose tensor-core (TMA) products add the residual as they store: decode and
+/// concurrent-decode steps. A prefill-sized step adds it in a launch of its own, which costs less
+/// than the add in the store there: on the H100 the 8B's 2,048-token prefill ran at 24,001
+/// tokens/s with every add apart and 23,157 with each in its product's store (session 16,
+/// receipts/ab-cuda-session16-h100.txt). The same bits either way.
+const TMA_RESIDUAL_MAX_ROWS: usize = 64;
+
 /// The neighbours' work a `linear` launch takes (kernels/linear.cu, linear_tma.cu): a SwiGLU of
 /// its two products (`glu`), an RMSNorm of its input (`norm`: the norm weight's device pointer and
 /// epsilon), an add into its output's previous contents (`resid`), and RoPE of q|k with the K/V
@@ -132,9 +139,10 @@ impl CudaBackend {
     }
 
     /// `linear_add`: the add in the product's store on every kernel but the replaced tensor-core
-    /// ones (`PLUMB_CUDA_TMA=0`), unless `PLUMB_CUDA_FUSE_RESIDUAL=0`; else the two apart.
+    /// ones (`PLUMB_CUDA_TMA=0`) and the tensor-core ones past `TMA_RESIDUAL_MAX_ROWS` rows,
+    /// unless `PLUMB_CUDA_FUSE_RESIDUAL=0`; else the two apart.
     pub(crate) fn fused_linear_add(&self, x: &CudaTensor, w: &CudaWeight, acc: &mut CudaTensor) {
-        if !self.fuse_residual || w.mma && !self.tma.enabled {
+        if !self.fuse_residual || w.mma && (!self.tma.enabled || x.padded_rows > TMA_RESIDUAL_MAX_ROWS) {
             return linear_add_apart(self, x, w, acc);
         }
         self.linear_group_fused(x, &[w], &mut [acc], None, Fuse { resid: true, ..Fuse::default() });
