@@ -19,8 +19,9 @@ use std::sync::atomic::Ordering;
 /// The most rows whose tensor-core (TMA) products add the residual as they store: decode and
 /// concurrent-decode steps. A prefill-sized step adds it in a launch of its own, which costs less
 /// than the add in the store there: on the H100 the 8B's 2,048-token prefill ran at 24,001
-/// tokens/s with every add apart and 23,157 with each in its product's store (session 16,
-/// receipts/ab-cuda-session16-h100.txt). The same bits either way.
+/// tokens/s with every add apart and 23,157 with each in its product's store (session 16, as
+/// printed: receipts/ab-cuda-session16-h100.txt; to be measured again with receipts). The same
+/// bits either way.
 const TMA_RESIDUAL_MAX_ROWS: usize = 64;
 
 /// The neighbours' work a `linear` launch takes (kernels/linear.cu, linear_tma.cu): a SwiGLU of
