@@ -161,9 +161,22 @@ fn a_client_that_hangs_up_on_a_whole_answer_frees_its_lane() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let body = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0});
-        let client = reqwest::Client::builder().timeout(Duration::from_millis(600)).build().unwrap();
-        let r = client.post(format!("{}/v1/completions", s.url)).json(&body).send().await;
-        assert!(r.is_err(), "the client gave up before the answer was whole");
+        let url = format!("{}/v1/completions", s.url);
+        let request = tokio::spawn(async move { reqwest::Client::new().post(url).json(&body).send().await });
+        // The client hangs up once the answer has begun: a fixed timeout would race the device
+        // (an H200 writes all 400 tokens in half a second).
+        let mut m = metrics(&s.url).await;
+        for _ in 0..2000 {
+            if m["plumb_generated_tokens_total"] > 0.0 || request.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            m = metrics(&s.url).await;
+        }
+        assert!(!request.is_finished(), "the answer was whole before the client could hang up: {m:?}");
+        assert!(m["plumb_generated_tokens_total"] > 0.0, "the answer never began: {m:?}");
+        request.abort();
+        assert!(request.await.unwrap_err().is_cancelled(), "the client hung up before the answer was whole");
         let mut m = metrics(&s.url).await;
         for _ in 0..100 {
             if m["plumb_requests_in_flight"] == 0.0 {
