@@ -40,7 +40,9 @@ pub use weight::CudaWeight;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
-use kernel_set::{KV_STORES, default_kv_store, kernel_names, resident_blocks, store_code, type_suffix};
+use kernel_set::{
+    KV_STORES, default_kv_store, kernel_names, resident_blocks, store_code, type_suffix, wide_resident_blocks,
+};
 use plumb_core::{
     Backend, BackendError, ForwardBatch, GgmlType, KvSpec, KvStore, LinearInputs, LogprobRow, PickRow, Picked, Shape,
     TokenLogprobs, WeightSource,
@@ -176,6 +178,10 @@ pub struct CudaBackend {
     /// Whether weights of many features read by few rows run on `linear_wide` (a warp's whole
     /// rows copied at once; `PLUMB_CUDA_WIDE_ROWS=0`: `linear_split`, the same bits).
     pub(crate) wide_rows: bool,
+    /// Whether `linear_wide` runs a persistent grid of `wide_resident` blocks, each walking groups
+    /// of features (`PLUMB_CUDA_WIDE_PERSIST=0`: a block a group; the same bits).
+    pub(crate) wide_persist: bool,
+    pub(crate) wide_resident: std::sync::atomic::AtomicUsize,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -329,6 +335,8 @@ impl CudaBackend {
             fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),
             fuse_qkv_rope: std::env::var("PLUMB_CUDA_FUSE_QKV_ROPE").ok().is_none_or(|v| v != "0"),
             wide_rows: std::env::var("PLUMB_CUDA_WIDE_ROWS").ok().is_none_or(|v| v != "0"),
+            wide_persist: std::env::var("PLUMB_CUDA_WIDE_PERSIST").ok().is_none_or(|v| v != "0"),
+            wide_resident: wide_resident_blocks(&ctx, &kernels)?.into(),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),
@@ -416,6 +424,12 @@ impl CudaBackend {
         self.fuse_norm.store(on, Ordering::Relaxed);
     }
 
+    /// Caps `linear_wide`'s persistent grid at `blocks` (default: the blocks the device keeps
+    /// resident), so a test can make each block walk many groups of features: the same bits.
+    pub fn set_wide_grid(&self, blocks: usize) {
+        self.wide_resident.store(blocks.max(1), Ordering::Relaxed);
+    }
+
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
@@ -431,7 +445,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 18] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 19] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -451,6 +465,7 @@ impl CudaBackend {
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),
+            ("wide_rows_persistent", self.wide_persist),
         ]
     }
 
