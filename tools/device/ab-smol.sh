@@ -20,7 +20,8 @@ OUT=${2:?usage: ab-smol.sh BIN_DIR OUT_DIR PART1 PART2}
 P1=${3:?the first half of the model}
 P2=${4:?the second half of the model}
 read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
-SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# shellcheck source=tools/device/default-model.sh
+source "$(dirname "$0")/default-model.sh"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -28,7 +29,7 @@ export PLUMB_REQUIRE_GPU=1
 export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
 M=$(dirname "$P1")/smollm2.gguf
 cat "$P1" "$P2" | xz -d >"$M" || exit 1
-echo "$SHA  $M" | sha256sum -c - >>"$L" 2>&1 || { cat "$L"; exit 1; }
+echo "$DEFAULT_MODEL_SHA256  $M" | sha256sum -c - >>"$L" 2>&1 || { cat "$L"; exit 1; }
 status=0
 
 # tag_of, env_of, bin_of, run_with

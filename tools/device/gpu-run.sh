@@ -26,7 +26,9 @@ bash "$(dirname "$0")/seed-kernels.sh" "$BIN"
 if [ -n "$MODEL" ]; then
     # A file cut short on its way here (a decompression stopped by a time limit) would fail every
     # test that loads it; say so once instead.
-    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c --quiet - 2>/dev/null ||
+    # shellcheck source=tools/device/default-model.sh
+    source "$(dirname "$0")/default-model.sh"
+    echo "$DEFAULT_MODEL_SHA256  $MODEL" | sha256sum -c --quiet - 2>/dev/null ||
         { echo "gpu-run: $MODEL is not the default model's file (its sha256 differs: cut short, or another file)"; exit 1; }
     mkdir -p "$PLUMB_HOME/models"
     ln -sf "$(realpath "$MODEL")" "$PLUMB_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf"

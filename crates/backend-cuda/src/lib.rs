@@ -26,6 +26,7 @@ mod ops_linear;
 mod pick;
 mod pool;
 mod profile;
+mod report;
 mod step;
 mod step_state;
 mod tma;
@@ -167,7 +168,7 @@ pub struct CudaBackend {
     /// (`norm_linear_multi`, `norm_linear_swiglu`): off unless `PLUMB_CUDA_FUSE_NORM=1` or
     /// [`CudaBackend::set_fuse_norm`] (the same bits either way). On the H200 each block's norm
     /// before its products cost more than the launch it saves: the default model decoded at
-    /// 821 tokens/s with it and 863-865 without (session 16, docs/cuda-decode-notes.md).
+    /// 821 tokens/s with it and 863-865 without (session 16, docs/cuda-fusion-notes.md).
     pub(crate) fuse_norm: AtomicBool,
     /// Whether a residual add runs in the store of the product it adds (`linear_add`;
     /// `PLUMB_CUDA_FUSE_RESIDUAL=0` launches `add` after it, for measuring: the same bits).
@@ -366,141 +367,6 @@ impl CudaBackend {
             return Err(CudaError::NoNvrtc);
         }
         compile::cubin(arch)
-    }
-
-    /// The device's name as the driver reports it.
-    pub fn device_name(&self) -> &str {
-        &self.device_name
-    }
-
-    /// The architecture the kernels were compiled for (`sm_90a` on an H200).
-    pub fn arch(&self) -> &str {
-        &self.arch
-    }
-
-    /// The CUDA version the driver supports, as `major.minor` (e.g. `13.0`).
-    pub fn driver_version(&self) -> String {
-        format!("{}.{}", self.driver_version / 1000, self.driver_version % 1000 / 10)
-    }
-
-    /// The NVRTC (toolkit) version that compiled the kernels, as `major.minor`.
-    pub fn nvrtc_version(&self) -> String {
-        format!("{}.{}", self.nvrtc_version.0, self.nvrtc_version.1)
-    }
-
-    /// Whether the device has Hopper's warpgroup MMA (`wgmma`, sm_90a), which the tensor-core
-    /// `linear` needs for many rows.
-    pub fn has_wgmma(&self) -> bool {
-        self.arch == "sm_90a"
-    }
-
-    /// The device ordinal.
-    pub fn ordinal(&self) -> usize {
-        self.ctx.ordinal()
-    }
-
-    /// Submits recorded work and waits until every queued kernel has finished (timing needs it;
-    /// downloads do it themselves).
-    pub fn synchronize(&self) {
-        self.flush();
-        self.stream.synchronize().expect("CUDA stream synchronize failed");
-    }
-
-    /// Turns CUDA graphs for decode steps on or off (default: on unless `PLUMB_CUDA_GRAPHS=0`);
-    /// takes effect at the next step.
-    pub fn set_graphs(&self, on: bool) {
-        self.graphs_enabled.store(on, Ordering::Relaxed);
-    }
-
-    /// Makes new KV caches store K and V as `store` (default: f32, or `PLUMB_CUDA_KV`); the
-    /// declared precision [`Backend::kv_store`] reports, which the gate measures.
-    pub fn set_kv_store(&self, store: KvStore) {
-        self.kv_store.store(store_code(store), Ordering::Relaxed);
-    }
-
-    /// Runs RMSNorm inside the split products that read it (on) or as its own launch (off): the
-    /// same bits, so the tests hold both paths to them whatever the default.
-    pub fn set_fuse_norm(&self, on: bool) {
-        self.fuse_norm.store(on, Ordering::Relaxed);
-    }
-
-    /// Caps `linear_wide`'s persistent grid at `blocks` (default: the blocks the device keeps
-    /// resident), so a test can make each block walk many groups of features: the same bits.
-    pub fn set_wide_grid(&self, blocks: usize) {
-        self.wide_resident.store(blocks.max(1), Ordering::Relaxed);
-    }
-
-    /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
-    /// (off, the default): the same bits.
-    pub fn set_tma_cluster(&self, on: bool) {
-        self.tma.cluster.store(on, Ordering::Relaxed);
-    }
-
-    pub fn graphs_enabled(&self) -> bool {
-        self.graphs_enabled.load(Ordering::Relaxed)
-    }
-
-    /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
-    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
-    /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
-    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
-    /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 19] {
-        [
-            ("linear_tma", self.tma.enabled),
-            ("linear_tma_persistent", self.tma.persistent),
-            ("attention_tensor_cores", self.attention_mma),
-            ("attention_split_kv", self.attention_split_kv),
-            ("attention_warp_blocks", self.attention_warp_blocks),
-            ("producers_round_bf16", self.norm_round),
-            ("programmatic_dependent_launch", launch::pdl()),
-            ("early_weight_reads", compile::early_weights()),
-            ("fused_add_norm", self.fuse_add),
-            ("grouped_linear", self.group_linear),
-            ("fused_rope_kv_write", self.fuse_rope_kv),
-            ("staged_quant_loads", self.staged_loads),
-            ("fused_swiglu", self.fuse_swiglu),
-            ("fused_norm_prologue", self.fuse_norm.load(Ordering::Relaxed)),
-            ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
-            ("fused_residual_store", self.fuse_residual),
-            ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
-            ("wide_rows_linear", self.wide_rows),
-            ("wide_rows_persistent", self.wide_persist),
-        ]
-    }
-
-    /// The K from which tensor-core weights fold chunks of 1,024 elements instead of 256
-    /// (`ops_linear::fold_chunk`; `PLUMB_CUDA_KC_LONG_FROM`), for receipts: bits follow it.
-    pub fn fold_long_from(&self) -> usize {
-        self.fold_long_from
-    }
-
-    /// Positions per split of the tensor-core attention's canonical form (bits follow it).
-    pub fn attention_split(&self) -> usize {
-        self.atm_split
-    }
-
-    /// How recorded steps ran so far: captured, replayed, or launch by launch.
-    pub fn graph_stats(&self) -> GraphStats {
-        self.lock_state().graphs.stats()
-    }
-
-    /// The graph counters, readable after the backend has moved (into an engine thread).
-    pub fn graph_stats_source(&self) -> impl Fn() -> GraphStats + Send + Sync + 'static {
-        let stats = self.lock_state().graphs.stats.clone();
-        move || *stats.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The device's free and total memory in bytes, as the driver reports them now.
-    pub fn memory_info(&self) -> Option<(usize, usize)> {
-        self.ctx.bind_to_thread().ok()?;
-        cudarc::driver::result::mem_get_info().ok()
-    }
-
-    /// Activation pool allocations served from its free lists and by the driver.
-    pub fn pool_stats(&self) -> (u64, u64) {
-        let p = self.pool.lock().expect("pool lock");
-        (p.num_hits, p.num_misses)
     }
 
     /// The device address of `n` (zeroed) arrival counters.

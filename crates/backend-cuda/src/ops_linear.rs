@@ -14,6 +14,7 @@ use crate::tma::{TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_smem, tm
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use plumb_core::LinearOps;
+use std::sync::atomic::Ordering;
 
 use crate::linear_plan::{
     DECODE_BLOCKS, FOLD_SHORT_KC, MMA_DECODE_MAX_ROWS, TMA_FOLD_IN_KERNEL_ROWS, decode_split, fold_chunk, keeps_whole_k,
@@ -317,7 +318,7 @@ impl CudaBackend {
         let own = rounded.is_none().then(|| self.rounded(x));
         let input = own.as_ref().or(rounded).expect("rounded above").ptr;
         // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
-        let cl = tma_cluster(self.tma.cluster.load(std::sync::atomic::Ordering::Relaxed), n, ft, splits);
+        let cl = tma_cluster(self.tma.cluster.load(Ordering::Relaxed), n, ft, splits);
         let xmap = bf16_tile_map(input, cols, rows, cols * 2, n / cl);
         let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
         let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;

@@ -10,6 +10,7 @@
 use crate::{CudaError, driver};
 use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
 /// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
@@ -117,7 +118,7 @@ pub(crate) struct TmaPlan {
     /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`): off
     /// unless `PLUMB_CUDA_TMA_CLUSTER=1` (the same bits). On the H200 the 8B's gate|up at 64 rows
     /// took 98 µs in clusters and 71 µs alone, every other shape the same (session 16).
-    pub(crate) cluster: std::sync::atomic::AtomicBool,
+    pub(crate) cluster: AtomicBool,
 }
 
 impl TmaPlan {
@@ -148,9 +149,7 @@ impl TmaPlan {
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
             max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(192),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
-            cluster: std::sync::atomic::AtomicBool::new(
-                std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1"),
-            ),
+            cluster: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1")),
         })
     }
 
