@@ -32,6 +32,24 @@ pub(crate) fn resident_blocks(
     Ok(slots)
 }
 
+/// The `linear_wide` blocks the device keeps resident (SMs × blocks per SM of the format whose
+/// kernel holds fewest): its persistent grid.
+pub(crate) fn wide_resident_blocks(
+    ctx: &CudaContext,
+    kernels: &HashMap<String, CudaFunction>,
+) -> Result<usize, CudaError> {
+    use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
+    let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
+    let mut per_sm = u32::MAX;
+    for (_, f) in kernels.iter().filter(|(name, _)| name.starts_with("linear_wide_")) {
+        let n = f
+            .occupancy_max_active_blocks_per_multiprocessor(ops_linear::LIN_WIDE_THREADS, 0, None)
+            .map_err(driver("reading linear_wide's occupancy"))?;
+        per_sm = per_sm.min(n);
+    }
+    Ok(sms * per_sm.clamp(1, 64) as usize)
+}
+
 /// Formats with kernels: every format plumb dequantizes exactly.
 pub(crate) fn type_suffix(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;

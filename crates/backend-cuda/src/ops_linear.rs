@@ -38,6 +38,7 @@ const LIN_SPLIT_MAX_WARPS: usize = 24;
 /// of a weight row and of K, and the fewest features it is used for: a weight whose four-feature
 /// blocks would run many waves of `linear_split` (the default model's LM head, 49,152 × 576).
 const LIN_WIDE_WARPS: usize = 8;
+pub(crate) const LIN_WIDE_THREADS: u32 = LIN_WIDE_WARPS as u32 * 32;
 const LIN_WIDE_FEAT: usize = 2;
 const LIN_WIDE_ROWS: usize = 4;
 const LIN_WIDE_ROW_BYTES: usize = 1088;
@@ -139,9 +140,15 @@ impl CudaBackend {
         let glu = fuse.glu;
         let w = ws[0];
         if let Some(kernel) = self.wide_kernel(x, ws, fuse) {
+            // A block a group of features, or a persistent grid whose blocks walk them (kernels/linear.cu).
+            let groups = w.rows.div_ceil(LIN_WIDE_WARPS * LIN_WIDE_FEAT);
+            let blocks = match self.wide_grid.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => groups,
+                grid => groups.min(grid),
+            };
             let cfg = LaunchConfig {
-                grid_dim: (w.rows.div_ceil(LIN_WIDE_WARPS * LIN_WIDE_FEAT) as u32, 1, 1),
-                block_dim: (LIN_WIDE_WARPS as u32 * 32, 1, 1),
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: (LIN_WIDE_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
             let l = Launch::new(kernel, cfg).ptr(x.ptr()).ptr(w.ptr).u64(w.row_bytes as u64).ptr(outs[0].ptr());

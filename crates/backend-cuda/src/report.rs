@@ -63,6 +63,13 @@ impl CudaBackend {
         self.fuse_norm.store(on, Ordering::Relaxed);
     }
 
+    /// Runs `linear_wide` as a persistent grid of `blocks` blocks, each walking groups of
+    /// features (None: a block a group, the default), so a test can make each block walk many
+    /// groups: the same bits.
+    pub fn set_wide_grid(&self, blocks: Option<usize>) {
+        self.wide_grid.store(blocks.map_or(0, |b| b.max(1)), Ordering::Relaxed);
+    }
+
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
@@ -78,7 +85,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 18] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 19] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -98,6 +105,7 @@ impl CudaBackend {
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),
+            ("wide_rows_persistent", self.wide_grid.load(Ordering::Relaxed) != 0),
         ]
     }
 

@@ -53,9 +53,12 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
     // rows at once: the default model's LM head), five rows and more on `linear_split`: each of
     // the first rows must come out as it does in a batch of nine. 8,196 features end in a partial
     // block of sixteen; K-quants take K = 768, whose Q6_K rows (630 bytes) are not whole words and
-    // stay on `linear_split`.
+    // stay on `linear_split`. Its grid holds a block a group of sixteen features; a second pass
+    // runs it persistent, seven blocks, so each walks 73-74 of the 513 groups.
     let n = 8196;
-    for ty in GgmlType::DEQUANTIZABLE {
+    for (ty, grid) in [None, Some(7)].into_iter().flat_map(|g| GgmlType::DEQUANTIZABLE.into_iter().map(move |t| (t, g)))
+    {
+        b.set_wide_grid(grid);
         let block = ty.info().expect("dequantizable types have a geometry").block_elems;
         let k = if 576 % block == 0 { 576 } else { 768 };
         let w = weight(&b, &mut rng, ty, n, k);
@@ -68,7 +71,7 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
             let mut few = b.tensor(m, n);
             b.linear(&b.upload(&x[..m * k], m, k), &w, &mut few);
             assert_same_bits(&b.download(&few), &nine[..m * n], &|| {
-                format!("linear {ty} {n}x{k}: {m} rows against nine")
+                format!("linear {ty} {n}x{k}: {m} rows against nine (grid capped at {grid:?} blocks)")
             });
         }
     }

@@ -306,12 +306,15 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
 
 // The same elements for weights of many features read by few rows (the default model's LM head:
 // 49,152 features of K = 576 at one row), where linear_split's blocks of four features run as
-// many short waves as they have blocks: a warp takes LIN_WIDE_FEAT features and copies their whole
-// rows into its shared buffer at once (every load in flight before the first store: the copies
-// are what the warp waits on), the block's rows of x once for all its warps; then, per feature and
-// row, the chunks in ascending order, each chunk's partial computed as linear_split's task computes
-// it (the same eight fmafs per lane, zeros past K, the same butterfly) and folded left in a
-// register. Same partials, same fold: bit-identical to linear_split and linear_body.
+// many short waves as they have blocks. A warp takes LIN_WIDE_FEAT features at a time: their
+// whole rows come into registers with every load in flight at once, go to the warp's shared
+// buffer, and the warp computes them there. By default a block takes one group of features; on a
+// persistent grid (PLUMB_CUDA_WIDE_PERSIST=1) each block walks groups blockIdx.x, + gridDim.x,
+// ..., the loads of its next group's rows in flight while it computes (the host's choice, which
+// does not change an element's arithmetic). The block stages its rows of x once. Per feature and row, the chunks in ascending
+// order, each chunk's partial computed as linear_split's task computes it (the same eight fmafs
+// per lane, zeros past K, the same butterfly) and folded left in a register. Same partials, same
+// fold: bit-identical to linear_split and linear_body.
 #define LIN_WIDE_WARPS 8
 #define LIN_WIDE_FEAT 2
 #define LIN_WIDE_ROWS 4
@@ -326,50 +329,74 @@ __device__ __forceinline__ void linear_wide_body(const float* __restrict__ x, co
                                                  int k_in, int resid) {
     __shared__ __align__(16) u32 rows_st[LIN_WIDE_WARPS][LIN_WIDE_FEAT][LIN_WIDE_ROW_BYTES / 4];
     __shared__ float xs[LIN_WIDE_ROWS][LIN_WIDE_MAX_K];
+    // Q8_0: each block's f16 scale as f32, converted once a row instead of once an element.
+    __shared__ float scales[LIN_WIDE_WARPS][LIN_WIDE_FEAT][LIN_WIDE_MAX_K / 32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int f0 = (blockIdx.x * LIN_WIDE_WARPS + warp) * LIN_WIDE_FEAT;
     const int words = (int)(row_bytes / 4);
-    // Every load of the warp's rows, then every store (features past the last read a valid row).
-    // No kernel of a forward writes a weight (dequant.cu): the loads go out before the wait on the
-    // kernel before, unless PLUMB_LATE_WEIGHTS.
-    if (!EARLY_WEIGHTS) PDL_WAIT();
+    const int groups = (n_out + LIN_WIDE_WARPS * LIN_WIDE_FEAT - 1) / (LIN_WIDE_WARPS * LIN_WIDE_FEAT);
+    // The warp's rows of group g into registers (features past the last read a valid row).
     u32 v[LIN_WIDE_FEAT][LIN_WIDE_WORDS];
+    auto load = [&](int g) {
+        const int f0 = (g * LIN_WIDE_WARPS + warp) * LIN_WIDE_FEAT;
 #pragma unroll
-    for (int i = 0; i < LIN_WIDE_FEAT; i++) {
-        const u32* src = (const u32*)(w + (u64)min(f0 + i, n_out - 1) * row_bytes);
+        for (int i = 0; i < LIN_WIDE_FEAT; i++) {
+            const u32* src = (const u32*)(w + (u64)min(f0 + i, n_out - 1) * row_bytes);
 #pragma unroll
-        for (int q = 0; q < LIN_WIDE_WORDS; q++) v[i][q] = lane + 32 * q < words ? src[lane + 32 * q] : 0u;
-    }
+            for (int q = 0; q < LIN_WIDE_WORDS; q++) v[i][q] = lane + 32 * q < words ? src[lane + 32 * q] : 0u;
+        }
+    };
+    // No kernel of a forward writes a weight (dequant.cu): the first loads go out before the wait
+    // on the kernel before, unless PLUMB_LATE_WEIGHTS.
+    if (!EARLY_WEIGHTS) PDL_WAIT();
+    int g = blockIdx.x;
+    if (g < groups) load(g);
     if (EARLY_WEIGHTS) PDL_WAIT();
-#pragma unroll
-    for (int i = 0; i < LIN_WIDE_FEAT; i++)
-#pragma unroll
-        for (int q = 0; q < LIN_WIDE_WORDS; q++)
-            if (lane + 32 * q < words) rows_st[warp][i][lane + 32 * q] = v[i][q];
     for (int i = threadIdx.x; i < num_rows * k_in; i += blockDim.x) xs[i / k_in][i % k_in] = x[i];
     __syncthreads();
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
-    for (int i = 0; i < LIN_WIDE_FEAT; i++) {
-        const int m = f0 + i;
-        const u8* st = (const u8*)rows_st[warp][i];
-        for (int r = 0; r < num_rows; r++) {
-            float acc = 0.0f;
-            for (int c = 0; c < num_chunks; c++) {
-                const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
-                float s = 0.0f;
+    for (; g < groups; g += gridDim.x) {
 #pragma unroll
-                for (int j = 0; j < LIN_KC / 32; j++) {
-                    const int kk = j * 32 + lane;
-                    const float wv = kk < clen ? deq<TY>(st, c0 + kk) : 0.0f;
-                    const float xv = kk < clen ? xs[r][c0 + kk] : 0.0f;
-                    s = fmaf(xv, wv, s);
-                }
+        for (int i = 0; i < LIN_WIDE_FEAT; i++)
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-                acc = c == 0 ? s : __fadd_rn(acc, s);
-            }
-            if (lane == 0 && m < n_out) store_out(out + (u64)r * n_out + m, acc, resid);
+            for (int q = 0; q < LIN_WIDE_WORDS; q++)
+                if (lane + 32 * q < words) rows_st[warp][i][lane + 32 * q] = v[i][q];
+        __syncwarp();  // the buffer whole before any lane reads it
+        if (g + (int)gridDim.x < groups) load(g + gridDim.x);
+        if (TY == TY_Q8_0) {
+            for (int i = 0; i < LIN_WIDE_FEAT; i++)
+                for (int b = lane; b < k_in / 32; b += 32)
+                    scales[warp][i][b] = f16_at((const u8*)rows_st[warp][i] + b * 34, 0);
+            __syncwarp();
         }
+        const int f0 = (g * LIN_WIDE_WARPS + warp) * LIN_WIDE_FEAT;
+        for (int i = 0; i < LIN_WIDE_FEAT; i++) {
+            const int m = f0 + i;
+            const u8* st = (const u8*)rows_st[warp][i];
+            for (int r = 0; r < num_rows; r++) {
+                float acc = 0.0f;
+                for (int c = 0; c < num_chunks; c++) {
+                    const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
+                    float s = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < LIN_KC / 32; j++) {
+                        const int kk = j * 32 + lane;
+                        // deq<Q8_0>'s product, its scale from the table above.
+                        const int e = c0 + kk;
+                        const float wv = kk >= clen          ? 0.0f
+                                         : TY == TY_Q8_0 ? __fmul_rn((float)(signed char)st[e / 32 * 34 + 2 + e % 32],
+                                                                     scales[warp][i][e / 32])
+                                                         : deq<TY>(st, e);
+                        const float xv = kk < clen ? xs[r][c0 + kk] : 0.0f;
+                        s = fmaf(xv, wv, s);
+                    }
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+                    acc = c == 0 ? s : __fadd_rn(acc, s);
+                }
+                if (lane == 0 && m < n_out) store_out(out + (u64)r * n_out + m, acc, resid);
+            }
+        }
+        __syncwarp();  // every lane done with the buffer before the next group's rows overwrite it
     }
 }
 
