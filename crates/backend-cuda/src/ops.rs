@@ -274,12 +274,12 @@ impl RopeOps for CudaBackend {
 }
 
 impl AttentionOps for CudaBackend {
-    /// The q|k|v products of rms_norm(x), RoPE and the K/V store in one split launch where it
-    /// applies (ops_fused.rs), else apart: the same bits.
+    /// The q|k|v products of rms_norm(x) (or of x, normed already), RoPE and the K/V store in one
+    /// split launch where it applies (ops_fused.rs), else apart: the same bits.
     fn norm_qkv_rope_write_kv(
         &self,
         x: &CudaTensor,
-        norm: (&CudaWeight, f32),
+        norm: Option<(&CudaWeight, f32)>,
         ws: [&CudaWeight; 3],
         qkv: [&mut CudaTensor; 3],
         table: &CudaTensor,

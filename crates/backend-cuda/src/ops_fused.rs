@@ -1,4 +1,4 @@
-//! The CUDA backend's fused products (`LinearOps::linear_swiglu`, `linear_add`,
+//! The CUDA backend's fused products (`LinearOps::linear_swiglu`, `linear_add`, `linear_add_norm`,
 //! `norm_linear_multi`, `norm_linear_swiglu`): where a kernel takes its neighbour's work, the
 //! product's launch does it — the split CUDA-core kernel computes an RMSNorm of its input as it
 //! reads it and a SwiGLU of its two products as it folds them, and every `linear` kernel but the
@@ -11,17 +11,17 @@ use crate::ops::rope_qk_half;
 use crate::ops_linear::{LIN_SPLIT_FEAT, LIN_SPLIT_MAX_CHUNKS, splits_k};
 use crate::{CudaBackend, CudaTensor, CudaWeight};
 use plumb_core::{
-    AttentionOps, Backend, ElementwiseOps, ForwardBatch, KvStore, linear_add_apart, norm_apart, norm_linear_apart,
-    swiglu_apart,
+    AttentionOps, Backend, ElementwiseOps, ForwardBatch, KvStore, LinearOps, linear_add_apart, linear_add_norm_apart,
+    norm_apart, norm_linear_apart, swiglu_apart,
 };
 use std::sync::atomic::Ordering;
 
 /// The most rows whose tensor-core (TMA) products add the residual as they store: decode and
-/// concurrent-decode steps. A prefill-sized step adds it in a launch of its own, which costs less
-/// than the add in the store there: on the H100 the 8B's 2,048-token prefill ran at 24,001
-/// tokens/s with every add apart and 23,157 with each in its product's store (session 16, as
-/// printed: receipts/ab-cuda-session16-h100.txt; to be measured again with receipts). The same
-/// bits either way.
+/// concurrent-decode steps. A prefill-sized step adds it apart (with the norm after it, in
+/// `add_rms_norm`, where `linear_add_norm` asks), which costs less than the add in the store
+/// there: on the H200 the 8B's 2,048-token prefill ran at 27,321 and 27,486 tokens/s with the
+/// adds apart against 25,848 and 26,282 with each in its product's store (session 17, alternating
+/// runs of one call: receipts/ab/session17/h200-callA-8b/pp2048-*.json). The same bits either way.
 const TMA_RESIDUAL_MAX_ROWS: usize = 64;
 
 /// The neighbours' work a `linear` launch takes (kernels/linear.cu, linear_tma.cu): a SwiGLU of
@@ -139,19 +139,49 @@ impl CudaBackend {
         self.linear_cuda_cores(x, &[gate, up], &mut [out], Fuse { glu: true, norm, ..Fuse::default() });
     }
 
-    /// `linear_add`: the add in the product's store on every kernel but the replaced tensor-core
-    /// ones (`PLUMB_CUDA_TMA=0`) and the tensor-core ones past `TMA_RESIDUAL_MAX_ROWS` rows,
-    /// unless `PLUMB_CUDA_FUSE_RESIDUAL=0`; else the two apart.
+    /// Whether x · wᵀ adds into the residual as it stores: on every kernel but the replaced
+    /// tensor-core ones (`PLUMB_CUDA_TMA=0`) and the tensor-core ones past `TMA_RESIDUAL_MAX_ROWS`
+    /// rows, unless `PLUMB_CUDA_FUSE_RESIDUAL=0`.
+    fn residual_in_store(&self, x: &CudaTensor, w: &CudaWeight) -> bool {
+        self.fuse_residual && !(w.mma && (!self.tma.enabled || x.padded_rows > TMA_RESIDUAL_MAX_ROWS))
+    }
+
+    /// `linear_add`: the add in the product's store where `residual_in_store`, else the two apart.
     pub(crate) fn fused_linear_add(&self, x: &CudaTensor, w: &CudaWeight, acc: &mut CudaTensor) {
-        if !self.fuse_residual || w.mma && (!self.tma.enabled || x.padded_rows > TMA_RESIDUAL_MAX_ROWS) {
+        if !self.residual_in_store(x, w) {
             return linear_add_apart(self, x, w, acc);
         }
         self.linear_group_fused(x, &[w], &mut [acc], None, Fuse { resid: true, ..Fuse::default() });
     }
 
+    /// `linear_add_norm`: with the norm inside the products on (`set_fuse_norm`) and CUDA-core
+    /// weights at rows the split kernel takes, `linear_add` and None (the next products compute
+    /// the norm; where their weights cannot, they run it apart); else the add in the product's
+    /// store and the norm after it where `residual_in_store`, or the product then the add and the
+    /// norm as one `add_rms_norm` — on the H200 the 8B's 2,048-token prefill spent 17.6 ms of 269
+    /// in `add` and `rms_norm` apart against 11.7 in `add_rms_norm` (session 17,
+    /// receipts/ab/session17/h200-callD-8b-profile). The same bits every way.
+    pub(crate) fn fused_linear_add_norm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        acc: &mut CudaTensor,
+        norm: (&CudaWeight, f32),
+    ) -> Option<CudaTensor> {
+        if self.fuse_norm.load(Ordering::Relaxed) && !w.mma && splits_k(x.padded_rows, acc.cols) {
+            self.fused_linear_add(x, w, acc);
+            return None;
+        }
+        if self.residual_in_store(x, w) {
+            self.fused_linear_add(x, w, acc);
+            return Some(norm_apart(self, acc, norm));
+        }
+        Some(linear_add_norm_apart(self, x, w, acc, norm))
+    }
+
     /// `norm_qkv_rope_write_kv`: one split launch of the three products, RoPE of q and k and the
-    /// K/V store in its fold (kernels/linear.cu, `QkvRope`), the norm inside it where the norm
-    /// fuses and else launched before it, where the weights take the split kernel, the three run
+    /// K/V store in its fold (kernels/linear.cu, `QkvRope`), the norm (where there is one) inside
+    /// it where the norm fuses and else launched before it, where the weights take the split kernel, the three run
     /// as one launch, pairs are adjacent (GGUF's layout; rotate-half pairs sit in other blocks)
     /// and `PLUMB_CUDA_FUSE_QKV_ROPE` and `PLUMB_CUDA_FUSE_ROPE_KV` are not 0; else
     /// `norm_linear_multi` then `rope_write_kv`.
@@ -159,7 +189,7 @@ impl CudaBackend {
     pub(crate) fn fused_norm_qkv_rope(
         &self,
         x: &CudaTensor,
-        norm: (&CudaWeight, f32),
+        norm: Option<(&CudaWeight, f32)>,
         ws: [&CudaWeight; 3],
         [q, k, v]: [&mut CudaTensor; 3],
         table: &CudaTensor,
@@ -183,7 +213,10 @@ impl CudaBackend {
             && ws.iter().all(|w| w.rows > 0)
             && split_products(x, &ws);
         if !fuses {
-            self.fused_norm_linear(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
+            match norm {
+                Some(norm) => self.fused_norm_linear(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]),
+                None => self.linear_multi(x, &ws, &mut [&mut *q, &mut *k, &mut *v]),
+            }
             return self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
         }
         let half = rope_qk_half("norm_qkv_rope_write_kv", q, k, table, heads);
@@ -202,12 +235,23 @@ impl CudaBackend {
             half: half as i32,
             head_dim: head_dim as i32,
         };
-        if self.norm_fuses(x, norm.0, &ws) {
-            let norm = Some((norm.0.dense_ptr.expect("checked"), norm.1));
-            self.linear_group_fused(x, &ws, &mut [q, k, v], None, Fuse { norm, rope: Some(rope), ..Fuse::default() });
-        } else {
-            let normed = norm_apart(self, x, norm);
-            self.linear_group_fused(&normed, &ws, &mut [q, k, v], None, Fuse { rope: Some(rope), ..Fuse::default() });
+        match norm {
+            Some(norm) if self.norm_fuses(x, norm.0, &ws) => {
+                let norm = Some((norm.0.dense_ptr.expect("checked"), norm.1));
+                let fuse = Fuse { norm, rope: Some(rope), ..Fuse::default() };
+                self.linear_group_fused(x, &ws, &mut [q, k, v], None, fuse);
+            }
+            Some(norm) => {
+                let normed = norm_apart(self, x, norm);
+                self.linear_group_fused(
+                    &normed,
+                    &ws,
+                    &mut [q, k, v],
+                    None,
+                    Fuse { rope: Some(rope), ..Fuse::default() },
+                );
+            }
+            None => self.linear_group_fused(x, &ws, &mut [q, k, v], None, Fuse { rope: Some(rope), ..Fuse::default() }),
         }
     }
 }

@@ -392,6 +392,18 @@ impl LinearOps for CudaBackend {
         self.fused_linear_add(x, w, acc);
     }
 
+    /// acc += x · wᵀ and rms_norm of the sum: the add in the product's store and the norm apart, or
+    /// the add and the norm as one `add_rms_norm` (ops_fused.rs).
+    fn linear_add_norm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        acc: &mut CudaTensor,
+        norm: (&CudaWeight, f32),
+    ) -> Option<CudaTensor> {
+        self.fused_linear_add_norm(x, w, acc, norm)
+    }
+
     /// The products of rms_norm(x), the norm inside the split kernel's blocks where it applies.
     fn norm_linear_multi(
         &self,

@@ -149,6 +149,46 @@ fn the_residual_add_in_the_store_gives_the_bits_of_linear_then_add() {
 }
 
 #[test]
+fn the_residual_add_and_the_norm_after_it_give_the_bits_of_the_ops_apart() {
+    let Some(b) = device::backend("linear_add_norm") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xadd0);
+    // `linear_add_norm` adds a product into the residual and norms the sum for the next sublayer:
+    // the add in the product's store then `rms_norm` (decode-sized steps), the product then
+    // `add_rms_norm` (the tensor-core products past 64 rows), or, with the norm inside the next
+    // products on, the add alone and no normed rows. The sum and the normed rows must equal
+    // `linear`, `add` and `rms_norm` apart.
+    for norm_in in [false, true] {
+        b.set_fuse_norm(norm_in);
+        for ty in [GgmlType::Q4_1, GgmlType::F32, GgmlType::BF16] {
+            let (n, k) = (576usize, 1536usize);
+            let (w, norm) = (weight(&b, &mut rng, ty, n, k), norm_weight(&b, &mut rng, n));
+            for m in [1, 5, 64, 65, 300] {
+                let what = format!("{ty} {n}x{k}, {m} rows, norm inside {norm_in}");
+                let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+                let h = activations(&mut rng, m, n, Spread::Cancelling);
+                let (mut fused, mut apart) = (b.upload(&h, m, n), b.upload(&h, m, n));
+                let normed = b.linear_add_norm(&x, &w, &mut fused, (&norm, 1e-5));
+                let want_normed = plumb_core::linear_add_norm_apart(&b, &x, &w, &mut apart, (&norm, 1e-5));
+                let (got, want) = (b.download(&fused), b.download(&apart));
+                assert!(want.iter().all(|v| v.is_finite()), "{what}: non-finite sum");
+                assert_same_bits(&got, &want, &|| format!("{what}: the sum"));
+                match normed {
+                    Some(normed) => {
+                        let want = b.download(&want_normed);
+                        assert!(want.iter().all(|v| v.is_finite()), "{what}: non-finite norm");
+                        assert_same_bits(&b.download(&normed), &want, &|| format!("{what}: the normed rows"));
+                    }
+                    // Left to the next products: only where they take the norm inside.
+                    None => assert!(norm_in, "{what}: no normed rows"),
+                }
+            }
+        }
+    }
+    b.set_fuse_norm(false);
+    eprintln!("linear_add_norm: the bits of linear, add and rms_norm apart");
+}
+
+#[test]
 fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
     let Some(b) = device::backend("norm_linear") else { return };
     // The norm inside the products is off by default (slower on the H200); the fused path is what
@@ -218,16 +258,22 @@ fn rope_and_the_kv_store_in_the_qkv_launch_give_the_bits_of_the_ops_apart() {
             }
         }
         let rows = batch.num_rows();
-        // The norm inside the q|k|v launch, and launched before it (the default).
-        for (store, norm_in) in
-            [(KvStore::F32, true), (KvStore::F16, true), (KvStore::Bf16, true), (KvStore::F16, false)]
-        {
+        // The norm inside the q|k|v launch, launched before it (the default), and x normed
+        // already (`normed`: no norm, as after an `add_rms_norm`).
+        for (store, norm_in, normed) in [
+            (KvStore::F32, true, false),
+            (KvStore::F16, true, false),
+            (KvStore::Bf16, true, false),
+            (KvStore::F16, false, false),
+            (KvStore::F16, false, true),
+        ] {
             b.set_kv_store(store);
             b.set_fuse_norm(norm_in);
             for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32, GgmlType::BF16] {
                 for (rot, rotate_half) in [(32, false), (24, false), (32, true)] {
                     let what = format!(
-                        "{} KV, {ty}, {rows} rows, {rot} pairs, rotate_half {rotate_half}, norm inside {norm_in}",
+                        "{} KV, {ty}, {rows} rows, {rot} pairs, rotate_half {rotate_half}, norm inside {norm_in}, \
+                         normed already {normed}",
                         store.name()
                     );
                     let ws = [
@@ -248,7 +294,7 @@ fn rope_and_the_kv_store_in_the_qkv_launch_give_the_bits_of_the_ops_apart() {
                     let n = (&norm, 1e-5);
                     b.norm_qkv_rope_write_kv(
                         &x,
-                        n,
+                        (!normed).then_some(n),
                         wr,
                         [&mut q1, &mut k1, &mut v1],
                         &table,
@@ -259,7 +305,11 @@ fn rope_and_the_kv_store_in_the_qkv_launch_give_the_bits_of_the_ops_apart() {
                         rotate_half,
                     );
                     let ([mut q2, mut k2, mut v2], mut apart) = (outs(), b.new_kv_cache(&spec));
-                    plumb_core::norm_linear_apart(&b, &x, n, &wr, &mut [&mut q2, &mut k2, &mut v2]);
+                    if normed {
+                        b.linear_multi(&x, &wr, &mut [&mut q2, &mut k2, &mut v2]);
+                    } else {
+                        plumb_core::norm_linear_apart(&b, &x, n, &wr, &mut [&mut q2, &mut k2, &mut v2]);
+                    }
                     b.rope_write_kv(&mut q2, &mut k2, &v2, &table, &mut apart, 0, &batch, heads3, rotate_half);
                     assert!(b.download(&q2).iter().all(|v| v.is_finite()), "{what}: non-finite q");
                     assert_eq!(bits(&q1), bits(&q2), "{what}: q differs");

@@ -14,7 +14,7 @@ use crate::pick::{PickRow, Picked};
 mod apart;
 mod deepseek_v4;
 mod precision;
-pub use apart::{linear_add_apart, norm_apart, norm_linear_apart, swiglu_apart};
+pub use apart::{linear_add_apart, linear_add_norm_apart, norm_apart, norm_linear_apart, swiglu_apart};
 pub use deepseek_v4::{
     COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
     PagedSegment, SCORED_MOE_OPS, ScoredMoeOps, paged_segments,
@@ -221,6 +221,23 @@ pub trait LinearOps: Backend {
     {
         linear_add_apart(self, x, w, acc);
     }
+    /// A residual add of a product and the input of the sublayer that reads the sum: acc += x · wᵀ,
+    /// then rms_norm(acc) with `norm` (its weight and epsilon). Returns the normed rows, or None
+    /// where the backend leaves the norm to the next products' launch (`norm_linear_multi`,
+    /// `norm_linear_swiglu`, `norm_qkv_rope_write_kv` then take acc and `norm`). The bits must be
+    /// those of `linear`, then `add`, then `rms_norm` ([`linear_add_norm_apart`]).
+    fn linear_add_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        acc: &mut Self::Tensor,
+        norm: (&Self::Weight, f32),
+    ) -> Option<Self::Tensor>
+    where
+        Self: ElementwiseOps,
+    {
+        Some(linear_add_norm_apart(self, x, w, acc, norm))
+    }
     /// Products of a normalized input: outs[i] = rms_norm(x) · ws[i]ᵀ (`norm`: the norm's weight
     /// and epsilon), which a backend may run with the norm computed inside the products' launch.
     /// The bits must be those of `rms_norm` then `linear_multi` ([`norm_linear_apart`]).
@@ -360,14 +377,15 @@ pub trait AttentionOps: Backend {
         self.rope_qk(q, k, table, num_heads, num_kv_heads, head_dim, rotate_half);
         self.write_kv(kv, layer, k, v, batch);
     }
-    /// The q, k and v products of rms_norm(x) (`norm`: its weight and epsilon; `ws`: q's, k's and
-    /// v's weights), then `rope_write_kv` of them: one launch on a backend that fuses them, with
-    /// the bits of `norm_linear_multi` then `rope_write_kv`.
+    /// The q, k and v products of rms_norm(x) (`norm`: its weight and epsilon; None: x is normed
+    /// already; `ws`: q's, k's and v's weights), then `rope_write_kv` of them: one launch on a
+    /// backend that fuses them, with the bits of `norm_linear_multi` (or `linear_multi`) then
+    /// `rope_write_kv`.
     #[allow(clippy::too_many_arguments)]
     fn norm_qkv_rope_write_kv(
         &self,
         x: &Self::Tensor,
-        norm: (&Self::Weight, f32),
+        norm: Option<(&Self::Weight, f32)>,
         ws: [&Self::Weight; 3],
         [q, k, v]: [&mut Self::Tensor; 3],
         table: &Self::Tensor,
@@ -379,7 +397,10 @@ pub trait AttentionOps: Backend {
     ) where
         Self: LinearOps + ElementwiseOps + RopeOps,
     {
-        self.norm_linear_multi(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]);
+        match norm {
+            Some(norm) => self.norm_linear_multi(x, norm, &ws, &mut [&mut *q, &mut *k, &mut *v]),
+            None => self.linear_multi(x, &ws, &mut [&mut *q, &mut *k, &mut *v]),
+        }
         self.rope_write_kv(q, k, v, table, kv, layer, batch, heads, rotate_half);
     }
     /// Causal grouped-query attention of each row over positions 0..=position of its lane.

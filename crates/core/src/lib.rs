@@ -17,8 +17,8 @@ pub use backend::{
     AttentionOps, Backend, BackendError, COMPRESSED_ATTENTION_OPS, CompressedAttentionOps, Compression, ElementwiseOps,
     ExpertRow, FullBackend, GATED_DELTA_OPS, GatedDeltaOps, GdnHeads, HYPER_CONNECTION_OPS, HcSpec, HyperConnectionOps,
     KvStore, LANE_STATE_OPS, LaneStateOps, LinearInputs, LinearOps, MOE_OPS, MoeOps, OPS, PagedSegment, RopeOps,
-    SCORED_MOE_OPS, ScoredMoeOps, Shape, WeightSource, linear_add_apart, norm_apart, norm_linear_apart, paged_segments,
-    swiglu_apart,
+    SCORED_MOE_OPS, ScoredMoeOps, Shape, WeightSource, linear_add_apart, linear_add_norm_apart, norm_apart,
+    norm_linear_apart, paged_segments, swiglu_apart,
 };
 pub use batch::{ForwardBatch, KvSpec, LaneStateSpec, LaneView, StateSnapshot};
 pub use bytes::HostBytes;

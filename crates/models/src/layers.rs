@@ -10,5 +10,6 @@ pub mod hybrid;
 pub mod loader;
 pub mod mlp;
 pub mod moe;
+pub mod residual;
 pub mod rope;
 pub mod scored_moe;

@@ -29,6 +29,22 @@ pub fn linear_add_apart<B: LinearOps + ElementwiseOps + ?Sized>(
     b.add(acc, &out);
 }
 
+/// `linear_add_norm` as its parts: the product into a tensor of its own, then `add_rms_norm` (the
+/// bits of `add` then `rms_norm`): the normed sum.
+pub fn linear_add_norm_apart<B: LinearOps + ElementwiseOps + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    acc: &mut B::Tensor,
+    norm: (&B::Weight, f32),
+) -> B::Tensor {
+    let mut out = b.tensor(x.rows(), w.rows());
+    b.linear(x, w, &mut out);
+    let mut normed = b.tensor(acc.rows(), acc.cols());
+    b.add_rms_norm(acc, &out, norm.0, norm.1, &mut normed);
+    normed
+}
+
 /// rms_norm(x) with `norm`'s weight and epsilon, into a tensor of its own: the first part of
 /// `norm_linear_multi` and `norm_linear_swiglu` apart.
 pub fn norm_apart<B: ElementwiseOps + ?Sized>(b: &B, x: &B::Tensor, norm: (&B::Weight, f32)) -> B::Tensor {

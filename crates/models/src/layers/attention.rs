@@ -5,6 +5,7 @@
 
 use crate::Trace;
 use crate::layers::loader::WeightLoader;
+use crate::layers::residual::{self, Input};
 use crate::registry::ModelError;
 use plumb_checkpoint::{ModelConfig, RopeLayout};
 use plumb_core::{Backend, ForwardBatch, FullBackend, Shape};
@@ -79,36 +80,57 @@ impl<B: FullBackend> Attention<B> {
         self.project_out(b, &attn)
     }
 
-    /// x += `forward`(rms_norm(x)) (`norm`: the layer's input norm weight and epsilon), with the
-    /// norm inside the q|k|v products (`norm_linear_multi`) and the add inside o's (`linear_add`,
-    /// where o has no bias), for a backend that fuses them: the bits of `rms_norm`, `forward` and
-    /// `add` apart. Untraced steps only (the trace wants the normed input).
+    /// x += `forward`(rms_norm(x)) (`input`: the normed rows, or the layer's input norm to apply),
+    /// with the norm inside the q|k|v products (`norm_linear_multi`) and the add inside o's
+    /// (`linear_add`, where o has no bias), for a backend that fuses them: the bits of `rms_norm`,
+    /// `forward` and `add` apart. With `next` (the next sublayer's norm), returns that sublayer's
+    /// input where the add computed it (`residual`). Untraced steps only (the trace wants the
+    /// normed input).
     #[allow(clippy::too_many_arguments)]
     pub fn forward_residual(
         &self,
         b: &B,
         x: &mut B::Tensor,
-        norm: (&B::Weight, f32),
+        input: Input<'_, B>,
+        next: Option<(&B::Weight, f32)>,
         rope: &B::Tensor,
         batch: &ForwardBatch,
         kv: &mut B::KvCache,
         layer: usize,
-    ) {
+    ) -> Option<B::Tensor> {
         let [mut q, mut k, mut v] = self.qkv_tensors(b, x.rows());
         let ws = [&self.q_proj, &self.k_proj, &self.v_proj];
+        let (from, norm) = match input {
+            Input::Normed(n) => (n, None),
+            Input::Pending(norm) => (&*x, Some(norm)),
+        };
         let attn = if self.biases[..3].iter().all(Option::is_none) && self.qk_norm.is_none() {
             // Nothing between the products and RoPE: one launch where the backend fuses them.
             let (heads, rotate_half) = ((self.num_heads, self.num_kv_heads, self.head_dim), self.rotate_half());
-            b.norm_qkv_rope_write_kv(x, norm, ws, [&mut q, &mut k, &mut v], rope, kv, layer, batch, heads, rotate_half);
+            b.norm_qkv_rope_write_kv(
+                from,
+                norm,
+                ws,
+                [&mut q, &mut k, &mut v],
+                rope,
+                kv,
+                layer,
+                batch,
+                heads,
+                rotate_half,
+            );
             self.attention(b, &q, batch, kv, layer, &mut None)
         } else {
-            b.norm_linear_multi(x, norm, &ws, &mut [&mut q, &mut k, &mut v]);
+            match norm {
+                Some(norm) => b.norm_linear_multi(from, norm, &ws, &mut [&mut q, &mut k, &mut v]),
+                None => b.linear_multi(from, &ws, &mut [&mut q, &mut k, &mut v]),
+            }
             self.attend(b, [q, k, v], rope, batch, kv, layer, &mut None)
         };
         // The bias goes in before the residual add: o's add in the store only without one.
         match &self.biases[3] {
-            None => b.linear_add(&attn, &self.o_proj, x),
-            Some(_) => b.add(x, &self.project_out(b, &attn)),
+            None => residual::linear_add(b, &attn, &self.o_proj, x, next),
+            Some(_) => residual::add(b, x, &self.project_out(b, &attn), next),
         }
     }
 

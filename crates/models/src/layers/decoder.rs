@@ -4,6 +4,7 @@
 //! norm, biases, experts) and hands the pieces over; the forward pass is written once, here.
 
 use crate::Trace;
+use crate::layers::residual::{self, Input};
 use crate::layers::{attention::Attention, loader::WeightLoader, mlp::Mlp, moe::Moe};
 use crate::registry::ModelError;
 use plumb_checkpoint::ModelConfig;
@@ -38,15 +39,23 @@ impl<B: FullBackend> FeedForward<B> {
         }
     }
 
-    /// x += `forward`(rms_norm(x)): a dense block with the norm and the add inside its products
-    /// where the backend fuses them (`Mlp::forward_residual`), experts on the norm apart.
-    pub fn forward_residual(&self, b: &B, x: &mut B::Tensor, norm: (&B::Weight, f32), layer: usize) {
+    /// x += `forward`(rms_norm(x)) (`input`: the normed rows, or the norm to apply): a dense block
+    /// with the norm and the add inside its products where the backend fuses them
+    /// (`Mlp::forward_residual`), experts on the normed rows. With `next`, the next sublayer's
+    /// input where the add computed it (`residual`).
+    pub fn forward_residual(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        input: Input<'_, B>,
+        next: Option<(&B::Weight, f32)>,
+        layer: usize,
+    ) -> Option<B::Tensor> {
         match self {
-            FeedForward::Dense(mlp) => mlp.forward_residual(b, x, norm),
+            FeedForward::Dense(mlp) => mlp.forward_residual(b, x, input, next),
             FeedForward::Moe(moe) => {
-                let normed = plumb_core::norm_apart(b, x, norm);
-                let out = moe.forward(b, &normed, layer, &mut None);
-                b.add(x, &out);
+                let out = input.with_normed(b, x, |normed| moe.forward(b, normed, layer, &mut None));
+                residual::add(b, x, &out, next)
             }
         }
     }
@@ -133,12 +142,16 @@ impl<B: FullBackend> Decoder<B> {
         let rope = b.rope_table(&batch.positions, &self.inv_freq);
         if trace.is_none() {
             // Each sublayer reads rms_norm(x) and adds its output into x, the norm inside its
-            // first products and the add inside its last where the backend fuses them: the bits
-            // of the traced loop below, which materializes the norms for the trace.
+            // first products and the add inside its last where the backend fuses them, else the
+            // add and the next norm as one pass (`residual`): the bits of the traced loop below,
+            // which materializes the norms for the trace.
+            let mut normed: Option<B::Tensor> = None;
             for (i, layer) in self.layers.iter().enumerate() {
-                let attn_norm = (&layer.input_layernorm, eps);
-                layer.self_attn.forward_residual(b, &mut x, attn_norm, &rope, batch, kv, i);
-                layer.mlp.forward_residual(b, &mut x, (&layer.post_attention_layernorm, eps), i);
+                let (attn_norm, mlp_norm) = ((&layer.input_layernorm, eps), (&layer.post_attention_layernorm, eps));
+                let next = self.layers.get(i + 1).map(|next| (&next.input_layernorm, eps));
+                let input = Input::from(normed.as_ref(), attn_norm);
+                normed = layer.self_attn.forward_residual(b, &mut x, input, Some(mlp_norm), &rope, batch, kv, i);
+                normed = layer.mlp.forward_residual(b, &mut x, Input::from(normed.as_ref(), mlp_norm), next, i);
             }
             let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
             return output_head(

@@ -3,6 +3,7 @@
 
 use crate::Trace;
 use crate::layers::loader::WeightLoader;
+use crate::layers::residual::{self, Input};
 use crate::registry::ModelError;
 use plumb_core::{Backend, ElementwiseOps, LinearOps, Shape};
 
@@ -70,23 +71,34 @@ impl<B: LinearOps + ElementwiseOps> Mlp<B> {
         outs
     }
 
-    /// x += `forward`(rms_norm(x)) (`norm`: the norm's weight and epsilon), with the norm inside
-    /// the gate|up products and the SwiGLU (`norm_linear_swiglu`, where gate and up have no bias)
-    /// and the add inside down's (`linear_add`, where down has none), for a backend that fuses
-    /// them: the bits of `rms_norm`, `forward` and `add` apart. Untraced steps only.
-    pub fn forward_residual(&self, b: &B, x: &mut B::Tensor, norm: (&B::Weight, f32)) {
+    /// x += `forward`(rms_norm(x)) (`input`: the normed rows, or the norm to apply), with the
+    /// norm inside the gate|up products and the SwiGLU (`norm_linear_swiglu`, where gate and up
+    /// have no bias) and the add inside down's (`linear_add`, where down has none), for a backend
+    /// that fuses them: the bits of `rms_norm`, `forward` and `add` apart. With `next` (the next
+    /// sublayer's norm), returns that sublayer's input where the add computed it (`residual`).
+    /// Untraced steps only.
+    pub fn forward_residual(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        input: Input<'_, B>,
+        next: Option<(&B::Weight, f32)>,
+    ) -> Option<B::Tensor> {
         let n = x.rows();
         let mut act = b.tensor(n, self.gate_proj.rows());
-        if self.biases[0].is_none() && self.biases[1].is_none() {
-            b.norm_linear_swiglu(x, norm, &self.gate_proj, &self.up_proj, &mut act);
-        } else {
-            let normed = plumb_core::norm_apart(b, x, norm);
-            self.gate_up_biased(b, &normed, &mut act);
+        match input {
+            Input::Normed(normed) if self.biases[..2].iter().all(Option::is_none) => {
+                b.linear_swiglu(normed, &self.gate_proj, &self.up_proj, &mut act)
+            }
+            Input::Pending(norm) if self.biases[..2].iter().all(Option::is_none) => {
+                b.norm_linear_swiglu(x, norm, &self.gate_proj, &self.up_proj, &mut act)
+            }
+            input => input.with_normed(b, x, |normed| self.gate_up_biased(b, normed, &mut act)),
         }
         // The bias goes in before the residual add: down's add in the store only without one.
         match &self.biases[2] {
-            None => b.linear_add(&act, &self.down_proj, x),
-            Some(_) => b.add(x, &self.project_down(b, &act)),
+            None => residual::linear_add(b, &act, &self.down_proj, x, next),
+            Some(_) => residual::add(b, x, &self.project_down(b, &act), next),
         }
     }
 
