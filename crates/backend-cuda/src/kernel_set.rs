@@ -118,6 +118,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n64_f64",
         "linear_tma_bf16_n64_f64_k1024",
         "fold_chunks",
+        "linear_replay_q8_0",
         "linear_mma_decode_bf16",
         "linear_mma_decode_wide_bf16",
         "embed_bf16_kperm",

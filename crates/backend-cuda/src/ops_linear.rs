@@ -44,6 +44,8 @@ const LIN_WIDE_ROWS: usize = 4;
 const LIN_WIDE_ROW_BYTES: usize = 1088;
 const LIN_WIDE_MAX_K: usize = 1024;
 const LIN_WIDE_FROM: usize = 8192;
+/// `linear_replay_q8_0` (kernels/linear_replay.cu): features (threads) a block.
+const LIN_REPLAY_FEAT: usize = 32;
 
 /// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
 /// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
@@ -140,6 +142,17 @@ impl CudaBackend {
         let glu = fuse.glu;
         let w = ws[0];
         if let Some(kernel) = self.wide_kernel(x, ws, fuse) {
+            if let Some(smem) = self.replay_smem(x, w) {
+                // A thread a feature, LIN_REPLAY_FEAT features a block (kernels/linear_replay.cu).
+                let cfg = LaunchConfig {
+                    grid_dim: (w.rows.div_ceil(LIN_REPLAY_FEAT) as u32, 1, 1),
+                    block_dim: (LIN_REPLAY_FEAT as u32, 1, 1),
+                    shared_mem_bytes: smem as u32,
+                };
+                let l = Launch::new(self.kernel("linear_replay_q8_0"), cfg).ptr(x.ptr()).ptr(w.ptr);
+                let l = l.u64(w.row_bytes as u64).ptr(outs[0].ptr()).i32(x.padded_rows as i32).i32(w.rows as i32);
+                return self.submit(l.i32(w.cols as i32).i32(fuse.resid as i32));
+            }
             // A block a group of features, or a persistent grid whose blocks walk them (kernels/linear.cu).
             let groups = w.rows.div_ceil(LIN_WIDE_WARPS * LIN_WIDE_FEAT);
             let blocks = match self.wide_grid.load(std::sync::atomic::Ordering::Relaxed) {
@@ -220,6 +233,17 @@ impl CudaBackend {
         (self.wide_rows && ws.len() == 1 && plain && fits && x.padded_rows <= LIN_WIDE_ROWS && w.rows >= LIN_WIDE_FROM)
             .then_some(w.wide_kernel.as_ref())
             .flatten()
+    }
+
+    /// The dynamic shared memory of `linear_replay_q8_0` for a launch `linear_wide` would take, where
+    /// the replay applies: a Q8_0 weight, 16-byte aligned rows of the block and x (16-byte pieces
+    /// copied and read), within the 48 KiB a block gets without opting in, and
+    /// `PLUMB_CUDA_WIDE_REPLAY` not 0. The default model's head at one row takes 21.9 KiB.
+    fn replay_smem(&self, x: &CudaTensor, w: &CudaWeight) -> Option<usize> {
+        let smem = LIN_REPLAY_FEAT * w.row_bytes + 4 * x.padded_rows * w.cols;
+        let aligned = w.ptr.is_multiple_of(16) && x.ptr().is_multiple_of(16) && w.cols.is_multiple_of(4);
+        (self.wide_replay.load(Ordering::Relaxed) && w.ty == plumb_core::GgmlType::Q8_0 && aligned && smem <= 48 << 10)
+            .then_some(smem)
     }
 
     /// `linear` of a tensor-core weight on the kernels the TMA kernels replaced (`PLUMB_CUDA_TMA=0`,

@@ -70,6 +70,12 @@ impl CudaBackend {
         self.wide_grid.store(blocks.map_or(0, |b| b.max(1)), Ordering::Relaxed);
     }
 
+    /// Runs a Q8_0 weight of many features at few rows on `linear_replay_q8_0`, a thread a
+    /// feature (on, the default), or on `linear_wide`, a warp a feature (off): the same bits.
+    pub fn set_wide_replay(&self, on: bool) {
+        self.wide_replay.store(on, Ordering::Relaxed);
+    }
+
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
@@ -83,9 +89,9 @@ impl CudaBackend {
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
-    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`), for receipts: a
+    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 19] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 20] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -106,6 +112,7 @@ impl CudaBackend {
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),
             ("wide_rows_persistent", self.wide_grid.load(Ordering::Relaxed) != 0),
+            ("wide_rows_replay_q8_0", self.wide_replay.load(Ordering::Relaxed)),
         ]
     }
 

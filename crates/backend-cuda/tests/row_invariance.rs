@@ -54,13 +54,20 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
     // the first rows must come out as it does in a batch of nine. 8,196 features end in a partial
     // block of sixteen; K-quants take K = 768, whose Q6_K rows (630 bytes) are not whole words and
     // stay on `linear_split`. Its grid holds a block a group of sixteen features; a second pass
-    // runs it persistent, seven blocks, so each walks 73-74 of the 513 groups.
+    // runs it persistent, seven blocks, so each walks 73-74 of the 513 groups. A third pass runs
+    // Q8_0 on `linear_replay_q8_0` (a thread a feature, the default for Q8_0), its last block of
+    // 32 features holding four: at K = 576 (18 blocks of 32, the last odd, starting mid-word) and
+    // 608 (19, the last even, its quants read across the row's end).
     let n = 8196;
-    for (ty, grid) in [None, Some(7)].into_iter().flat_map(|g| GgmlType::DEQUANTIZABLE.into_iter().map(move |t| (t, g)))
-    {
+    let warp_passes = [None, Some(7)]
+        .into_iter()
+        .flat_map(|g| GgmlType::DEQUANTIZABLE.into_iter().map(move |t| (t, g, false, None)));
+    let replay_pass = [576, 608].map(|k| (GgmlType::Q8_0, None, true, Some(k)));
+    for (ty, grid, replay, k) in warp_passes.chain(replay_pass) {
         b.set_wide_grid(grid);
+        b.set_wide_replay(replay);
         let block = ty.info().expect("dequantizable types have a geometry").block_elems;
-        let k = if 576 % block == 0 { 576 } else { 768 };
+        let k = k.unwrap_or(if 576 % block == 0 { 576 } else { 768 });
         let w = weight(&b, &mut rng, ty, n, k);
         let x = activations(&mut rng, 9, k, Spread::DynamicRange);
         let mut nine = b.tensor(9, n);
@@ -70,12 +77,14 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
         for m in 1..=4 {
             let mut few = b.tensor(m, n);
             b.linear(&b.upload(&x[..m * k], m, k), &w, &mut few);
+            let how = if replay { "a thread a feature".to_string() } else { format!("grid capped at {grid:?} blocks") };
             assert_same_bits(&b.download(&few), &nine[..m * n], &|| {
-                format!("linear {ty} {n}x{k}: {m} rows against nine (grid capped at {grid:?} blocks)")
+                format!("linear {ty} {n}x{k}: {m} rows against nine ({how})")
             });
         }
     }
-    eprintln!("linear_wide: the bits of linear_split");
+    b.set_wide_replay(true);
+    eprintln!("linear_wide and linear_replay_q8_0: the bits of linear_split");
 }
 
 #[test]
