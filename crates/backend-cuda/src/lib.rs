@@ -189,11 +189,6 @@ pub struct CudaBackend {
     /// `PLUMB_CUDA_WIDE_REPLAY=0` keeps `linear_wide`, for measuring; `set_wide_replay`). The same
     /// bits either way.
     pub(crate) wide_replay: AtomicBool,
-    /// Whether the tensor-core attention's copies find each position's cache offset themselves
-    /// (`PLUMB_CUDA_ATT_SLOTS=0`) instead of reading it from a table one thread a position wrote
-    /// behind a barrier (the default; kernels/attention_mma.cu, `atm_stage_kv`;
-    /// `set_attention_inline_slots`). The same bits either way.
-    pub(crate) attention_inline_slots: AtomicBool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -352,7 +347,6 @@ impl CudaBackend {
                 _ => 0,
             }
             .into(),
-            attention_inline_slots: AtomicBool::new(std::env::var("PLUMB_CUDA_ATT_SLOTS").is_ok_and(|v| v == "0")),
             wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").ok().is_none_or(|v| v != "0")),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,

@@ -482,8 +482,7 @@ impl AttentionOps for CudaBackend {
             let arrivals =
                 if splits.is_some() { self.arrival_counters(cfg.grid_dim.0 as usize * spec.num_kv_heads) } else { 0 };
             let l = l.i32(split_len as i32).i32((per_block * split_len) as i32);
-            let l = l.ptr(rounded.as_ref().map_or(0, |b| b.ptr)).ptr(arrivals);
-            self.submit(l.i32(self.attention_inline_slots.load(std::sync::atomic::Ordering::Relaxed) as i32));
+            self.submit(l.ptr(rounded.as_ref().map_or(0, |b| b.ptr)).ptr(arrivals));
             if let Some(buf) = rounded {
                 self.keep_rounded(out, buf);
             }

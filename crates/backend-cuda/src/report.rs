@@ -76,12 +76,6 @@ impl CudaBackend {
         self.wide_replay.store(on, Ordering::Relaxed);
     }
 
-    /// Has the tensor-core attention's copies find each position's cache offset themselves (on) or
-    /// read it from a table staged behind a barrier (off, the default): the same bits.
-    pub fn set_attention_inline_slots(&self, on: bool) {
-        self.attention_inline_slots.store(on, Ordering::Relaxed);
-    }
-
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
@@ -95,9 +89,9 @@ impl CudaBackend {
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
-    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`, `PLUMB_CUDA_ATT_SLOTS`), for receipts: a
+    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 21] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 20] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -119,7 +113,6 @@ impl CudaBackend {
             ("wide_rows_linear", self.wide_rows),
             ("wide_rows_persistent", self.wide_grid.load(Ordering::Relaxed) != 0),
             ("wide_rows_replay_q8_0", self.wide_replay.load(Ordering::Relaxed)),
-            ("attention_inline_slots", self.attention_inline_slots.load(Ordering::Relaxed)),
         ]
     }
 

@@ -95,49 +95,34 @@ __host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces, int warps) 
 
 // One cache tile of K and of V (positions t0..t0+63, clamped to `last`) of one KV head into
 // shared rows of `rs` bytes, 16-byte pieces issued by the whole block as one cp.async group. Each
-// position's slot (its byte offset in the cache) is found with shifts where the KV block size is
-// a power of two, either once, by one thread, into `slots` (the block's ATT_TILE of them in shared
-// memory) behind a barrier, the copies then reading it from there (a position's 2 · HD / 16
-// pieces, a lane's 32 in a one-warp block, no longer each read the block table and redo the
-// address; the caller's barrier since the last staging makes `slots` free), or with `inline_slots`
-// (`PLUMB_CUDA_ATT_SLOTS=0`) by every copy for itself, with no table load and no barrier before
-// the first copy: how a one-warp block at head size 128 ran 13.0 µs a launch before the staged
-// slots and 15.0 after (H200, session 17), while at 64 they gained. Only where bytes land: no
-// arithmetic of the form.
+// position's slot (its byte offset in the cache) is found once, by one thread, into `slots` (the
+// block's ATT_TILE of them in shared memory), with shifts where the KV block size is a power of
+// two; the copies then read it from there: a position's 2 · HD / 16 pieces (and a lane's 32 in a
+// one-warp block) no longer each read the block table and redo the address. The caller's barrier
+// since the last staging makes `slots` free. Only where bytes land: no arithmetic of the form.
 template <int HD>
 __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u8* __restrict__ k_cache,
                                              const u8* __restrict__ v_cache, u64 row_stride, u64 base,
                                              const u32* __restrict__ table, int block_size, int t0, int last,
-                                             u64* slots, int inline_slots) {
+                                             u64* slots) {
     constexpr int PIECES = HD * 2 / 16;
     const bool pow2 = (block_size & (block_size - 1)) == 0;
     const int shift = __ffs(block_size) - 1;
-    auto slot_of = [&](int j) {
+    for (int j = threadIdx.x; j < ATT_TILE; j += blockDim.x) {
         const int pos = min(t0 + j, last);
         const int blk = pow2 ? pos >> shift : pos / block_size;
         const int off = pow2 ? pos & (block_size - 1) : pos - blk * block_size;
-        return (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2;
-    };
+        slots[j] = (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2;
+    }
+    __syncthreads();
     const u32 kd = smem_addr(kdst), vd = smem_addr(vdst);
-    if (inline_slots) {
-        for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += blockDim.x) {
-            const int j = i / PIECES, c = i % PIECES;
-            const u64 at = slot_of(j) + 16 * c;
-            const u32 to = j * rs + 16 * c;
-            cp_async16_at(kd + to, k_cache + at, true);
-            cp_async16_at(vd + to, v_cache + at, true);
-        }
-    } else {
-        for (int j = threadIdx.x; j < ATT_TILE; j += blockDim.x) slots[j] = slot_of(j);
-        __syncthreads();
 #pragma unroll 4
-        for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += blockDim.x) {
-            const int j = i / PIECES, c = i % PIECES;
-            const u64 at = slots[j] + 16 * c;
-            const u32 to = j * rs + 16 * c;
-            cp_async16_at(kd + to, k_cache + at, true);
-            cp_async16_at(vd + to, v_cache + at, true);
-        }
+    for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += blockDim.x) {
+        const int j = i / PIECES, c = i % PIECES;
+        const u64 at = slots[j] + 16 * c;
+        const u32 to = j * rs + 16 * c;
+        cp_async16_at(kd + to, k_cache + at, true);
+        cp_async16_at(vd + to, v_cache + at, true);
     }
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -210,7 +195,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                                                    float scale, float* __restrict__ out, int rows_per_block,
                                                    float* __restrict__ part, int num_splits, int split_len,
                                                    int walk_len, unsigned short* __restrict__ xb,
-                                                   u32* __restrict__ arrivals, int inline_slots) {
+                                                   u32* __restrict__ arrivals) {
     using M = Mma16<ST>;
     constexpr int P = M::PIECES;
     constexpr int RS = HD * 2 + 16;  // bytes per staged row
@@ -296,7 +281,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
             atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
-                             t_begin, ctx_max - 1, slots, inline_slots);
+                             t_begin, ctx_max - 1, slots);
             for (int t0 = t_begin, it = 0; t0 < t_end; t0 += ATT_TILE, it++) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
                 // This tile's K and V (and q's pieces) are in; every warp is done with the last tile,
@@ -308,7 +293,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 if (bufs == 2 && t0 + ATT_TILE < t_end) {
                     u8* next = kv_tiles + ((it + 1) & 1) * 2 * ATT_TILE * RS;
                     atm_stage_kv<HD>(next, next + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
-                                     t0 + ATT_TILE, ctx_max - 1, slots, inline_slots);
+                                     t0 + ATT_TILE, ctx_max - 1, slots);
                 }
                 const bool live[2] = {t0 < ctx[0], t0 < ctx[1]};
                 const bool warp_live = __any_sync(0xffffffffu, live[0] || live[1]);
@@ -440,7 +425,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 if (bufs == 1 && t0 + ATT_TILE < t_end) {
                     __syncthreads();  // the one buffer is read; the next tile takes it
                     atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
-                                     block_size, t0 + ATT_TILE, ctx_max - 1, slots, inline_slots);
+                                     block_size, t0 + ATT_TILE, ctx_max - 1, slots);
                 }
             }
 #pragma unroll
@@ -467,11 +452,11 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
                                     float* out, int rows_per_block, float* part, int num_splits, int split_len,   \
-                                    int walk_len, unsigned short* xb, u32* arrivals, int inline_slots) {          \
+                                    int walk_len, unsigned short* xb, u32* arrivals) {                            \
         PDL_ENTRY();                                                                                             \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
                                    scale, out, rows_per_block, part, num_splits, split_len, walk_len, xb,         \
-                                   arrivals, inline_slots);                                                       \
+                                   arrivals);                                                                    \
     }
 #define ATTENTION_MMA_KERNELS(HD)              \
     ATTENTION_MMA_KERNEL(HD, f16, KV_F16)      \
