@@ -185,9 +185,11 @@ pub struct CudaBackend {
     /// keeps resident; `set_wide_grid`). The same bits either way.
     pub(crate) wide_grid: std::sync::atomic::AtomicUsize,
     /// Whether a Q8_0 weight that would run on `linear_wide` runs on `linear_replay_q8_0` instead
-    /// (a thread a feature replaying a warp's lanes: kernels/linear_replay.cu;
-    /// `PLUMB_CUDA_WIDE_REPLAY=0` keeps `linear_wide`, for measuring; `set_wide_replay`). The same
-    /// bits either way.
+    /// (a thread a feature replaying a warp's lanes: kernels/linear_replay.cu), opt-in with
+    /// `PLUMB_CUDA_WIDE_REPLAY=1` or `set_wide_replay`: its first build took the default model's
+    /// head 57.9 µs a launch against `linear_wide`'s 47.2 (H100, session 19), with its chain sums
+    /// on the stack; the build that keeps them in registers is not measured yet. The same bits
+    /// either way.
     pub(crate) wide_replay: AtomicBool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
@@ -347,7 +349,7 @@ impl CudaBackend {
                 _ => 0,
             }
             .into(),
-            wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").ok().is_none_or(|v| v != "0")),
+            wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").is_ok_and(|v| v == "1")),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),

@@ -237,8 +237,8 @@ impl CudaBackend {
 
     /// The dynamic shared memory of `linear_replay_q8_0` for a launch `linear_wide` would take, where
     /// the replay applies: a Q8_0 weight, 16-byte aligned rows of the block and x (16-byte pieces
-    /// copied and read), within the 48 KiB a block gets without opting in, and
-    /// `PLUMB_CUDA_WIDE_REPLAY` not 0. The default model's head at one row takes 21.9 KiB.
+    /// copied and read), within the 48 KiB a block gets without opting in, and the replay on
+    /// (`PLUMB_CUDA_WIDE_REPLAY=1`). The default model's head at one row takes 21.9 KiB.
     fn replay_smem(&self, x: &CudaTensor, w: &CudaWeight) -> Option<usize> {
         let smem = LIN_REPLAY_FEAT * w.row_bytes + 4 * x.padded_rows * w.cols;
         let aligned = w.ptr.is_multiple_of(16) && x.ptr().is_multiple_of(16) && w.cols.is_multiple_of(4);

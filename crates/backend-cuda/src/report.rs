@@ -71,7 +71,7 @@ impl CudaBackend {
     }
 
     /// Runs a Q8_0 weight of many features at few rows on `linear_replay_q8_0`, a thread a
-    /// feature (on, the default), or on `linear_wide`, a warp a feature (off): the same bits.
+    /// feature (on), or on `linear_wide`, a warp a feature (off, the default): the same bits.
     pub fn set_wide_replay(&self, on: bool) {
         self.wide_replay.store(on, Ordering::Relaxed);
     }

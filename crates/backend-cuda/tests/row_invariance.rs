@@ -55,13 +55,12 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
     // block of sixteen; K-quants take K = 768, whose Q6_K rows (630 bytes) are not whole words and
     // stay on `linear_split`. Its grid holds a block a group of sixteen features; a second pass
     // runs it persistent, seven blocks, so each walks 73-74 of the 513 groups. A third pass runs
-    // Q8_0 on `linear_replay_q8_0` (a thread a feature, the default for Q8_0), its last block of
+    // Q8_0 on `linear_replay_q8_0` (a thread a feature, `set_wide_replay`), its last block of
     // 32 features holding four: at K = 576 (18 blocks of 32, the last odd, starting mid-word) and
     // 608 (19, the last even, its quants read across the row's end).
     let n = 8196;
-    let warp_passes = [None, Some(7)]
-        .into_iter()
-        .flat_map(|g| GgmlType::DEQUANTIZABLE.into_iter().map(move |t| (t, g, false, None)));
+    let warp_passes =
+        [None, Some(7)].into_iter().flat_map(|g| GgmlType::DEQUANTIZABLE.into_iter().map(move |t| (t, g, false, None)));
     let replay_pass = [576, 608].map(|k| (GgmlType::Q8_0, None, true, Some(k)));
     for (ty, grid, replay, k) in warp_passes.chain(replay_pass) {
         b.set_wide_grid(grid);
@@ -83,7 +82,7 @@ fn wide_weights_at_few_rows_give_the_bits_of_more_rows() {
             });
         }
     }
-    b.set_wide_replay(true);
+    b.set_wide_replay(false);
     eprintln!("linear_wide and linear_replay_q8_0: the bits of linear_split");
 }
 

@@ -7,7 +7,10 @@
 // memory, and each chunk ends in five dependent shuffles; its blocks wait on their rows' copies
 // with a few warps an SM. Measured on the H200 at 47 µs for 30 MB (640 GB/s, Nsight: issue-bound).
 // Here thread t of a block computes feature f0 + t alone, all 32 of a chunk's lane chains in its
-// registers, and replays the warp's arithmetic exactly:
+// registers, and replays the warp's arithmetic exactly (opt-in, PLUMB_CUDA_WIDE_REPLAY=1: its first
+// build ran 57.9 µs against linear_wide's 47.2 on an H100, session 19, with the 32 sums in local
+// memory — a butterfly loop whose bounds ptxas could not see; these loops keep them in registers,
+// 63 registers and no stack frame by NVRTC 13.0.88, not yet measured on a GPU):
 //   - lane l's chain of chunk c: s_l = fmaf(x[e], w[e], s_l) for e = c·256 + 32j + l, j ascending,
 //     from 0; an element past K is linear_split's fmaf(0, 0, s_l), which returns s_l unchanged
 //     (a chain never holds -0: it starts at +0, and a round-to-nearest sum is -0 only when both
@@ -25,12 +28,17 @@
 // Dynamic shared memory: LIN_REPLAY_FEAT rows of `row_bytes`, then num_rows × k_in floats of x.
 #define LIN_REPLAY_FEAT 32
 
-__device__ __forceinline__ float butterfly_replay(float* s) {
+// (Five loops of constant bounds, so every index is known and s stays in registers.)
+__device__ __forceinline__ float butterfly_replay(float (&s)[32]) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+    for (int l = 0; l < 16; l++) s[l] = __fadd_rn(s[l], s[l + 16]);
 #pragma unroll
-        for (int l = 0; l < o; l++) s[l] = __fadd_rn(s[l], s[l + o]);
-    return s[0];
+    for (int l = 0; l < 8; l++) s[l] = __fadd_rn(s[l], s[l + 8]);
+#pragma unroll
+    for (int l = 0; l < 4; l++) s[l] = __fadd_rn(s[l], s[l + 4]);
+#pragma unroll
+    for (int l = 0; l < 2; l++) s[l] = __fadd_rn(s[l], s[l + 2]);
+    return __fadd_rn(s[0], s[1]);
 }
 
 // Quant e (0..3) of four packed int8 quants `u` (each byte already XOR 0x80, so q + 128), as f32.
@@ -75,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(LIN_REPLAY_FEAT)
             for (int l = 0; l < 32; l++) s[l] = 0.0f;
 #pragma unroll
             for (int j = 0; j < LIN_KC / 32; j++) {
-                if (32 * j >= clen) break;
+                if (32 * j >= clen) continue;  // a guard, not a break: the loop stays unrolled and s in registers
                 // Block b = c0 / 32 + j (34 bytes: the f16 scale, then 32 quants) starts at byte 34b
                 // of the row. With wd word 17 (b / 2): an even b (c0 / 32 is even, so b's parity is
                 // j's) starts at byte 0 of wd[0], its quants from byte 2 (an even last block's
