@@ -78,10 +78,14 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
                  : "r"(addr));
 }
 
+// A 16-byte copy to shared address `dst` of the first `bytes` (0..16) bytes at `gmem`, zeros after.
+__device__ __forceinline__ void cp_async16_n(u32 dst, const void* gmem, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+}
+
 // A 16-byte copy to shared address `dst` (zeros when !valid).
 __device__ __forceinline__ void cp_async16_at(u32 dst, const void* gmem, bool valid) {
-    const int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+    cp_async16_n(dst, gmem, valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

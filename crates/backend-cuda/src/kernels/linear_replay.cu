@@ -56,13 +56,9 @@ extern "C" __global__ void __launch_bounds__(LIN_REPLAY_FEAT)
     const int nf = min(LIN_REPLAY_FEAT, n_out - f0);
     const int bytes = nf * (int)row_bytes;
     const u8* src = w + (u64)f0 * row_bytes;
-    u32 dst;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(dst) : "l"(replay_smem));
+    const u32 dst = smem_addr(replay_smem);
     // Whole 16-byte pieces, the last zero-filled past the rows' bytes (the host checks alignment).
-    for (int i = 16 * t; i < bytes; i += 16 * LIN_REPLAY_FEAT) {
-        const int n = min(16, bytes - i);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + i), "l"(src + i), "r"(n));
-    }
+    for (int i = 16 * t; i < bytes; i += 16 * LIN_REPLAY_FEAT) cp_async16_n(dst + i, src + i, min(16, bytes - i));
     asm volatile("cp.async.commit_group;\n" ::);
     PDL_WAIT();
     float* xs = (float*)(replay_smem + LIN_REPLAY_FEAT * row_bytes);
