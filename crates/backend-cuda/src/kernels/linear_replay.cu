@@ -10,7 +10,7 @@
 // registers, and replays the warp's arithmetic exactly (opt-in, PLUMB_CUDA_WIDE_REPLAY=1: its first
 // build ran 57.9 µs against linear_wide's 47.2 on an H100, session 19, with the 32 sums in local
 // memory — a butterfly loop whose bounds ptxas could not see; these loops keep them in registers,
-// 63 registers and no stack frame by NVRTC 13.0.88, not yet measured on a GPU):
+// 64 registers and no stack frame by NVRTC 13.0.88, not yet measured on a GPU):
 //   - lane l's chain of chunk c: s_l = fmaf(x[e], w[e], s_l) for e = c·256 + 32j + l, j ascending,
 //     from 0; an element past K is linear_split's fmaf(0, 0, s_l), which returns s_l unchanged
 //     (a chain never holds -0: it starts at +0, and a round-to-nearest sum is -0 only when both
