@@ -10,10 +10,11 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 11] = [
+pub const SOURCE: [&str; 12] = [
     include_str!("kernels/dequant.cu"),
     include_str!("kernels/kv_store.cu"),
     include_str!("kernels/linear.cu"),
+    include_str!("kernels/linear_tile.cu"),
     include_str!("kernels/linear_mma.cu"),
     include_str!("kernels/linear_replay.cu"),
     include_str!("kernels/linear_wgmma.cu"),

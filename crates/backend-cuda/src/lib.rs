@@ -191,6 +191,11 @@ pub struct CudaBackend {
     /// on the stack; the build that keeps them in registers is not measured yet. The same bits
     /// either way.
     pub(crate) wide_replay: AtomicBool,
+    /// Whether CUDA-core weights at more rows than `linear_split` takes run on `linear_tile` (a
+    /// register-tiled block of 64 rows × 64 features: kernels/linear_tile.cu) instead of
+    /// `linear_`'s warp a feature: `PLUMB_CUDA_LINEAR_TILE=1` or `set_linear_tile`. The same bits
+    /// either way.
+    pub(crate) linear_tile: AtomicBool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -262,6 +267,7 @@ impl CudaBackend {
                 "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops_linear::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
                 _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_of(&name).expect("named by rows"),
+                _ if name.starts_with("linear_tile_") => ops_linear::LIN_TILE_SMEM,
                 _ if name.starts_with("attention_mma_") => {
                     let (hd, store) =
                         name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
@@ -350,6 +356,7 @@ impl CudaBackend {
             }
             .into(),
             wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").is_ok_and(|v| v == "1")),
+            linear_tile: AtomicBool::new(std::env::var("PLUMB_CUDA_LINEAR_TILE").is_ok_and(|v| v == "1")),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),

@@ -46,6 +46,12 @@ const LIN_WIDE_MAX_K: usize = 1024;
 const LIN_WIDE_FROM: usize = 8192;
 /// `linear_replay_q8_0` (kernels/linear_replay.cu): features (threads) a block.
 const LIN_REPLAY_FEAT: usize = 32;
+/// `linear_tile` (kernels/linear_tile.cu): rows and features a block, its threads, and its
+/// dynamic shared memory (a 256-element chunk of both, as four planes of 64 lines of 72 floats).
+const LIN_TILE_M: usize = 64;
+const LIN_TILE_N: usize = 64;
+const LIN_TILE_THREADS: u32 = 256;
+pub(crate) const LIN_TILE_SMEM: usize = 2 * 4 * 64 * 72 * 4;
 
 /// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
 /// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
@@ -170,6 +176,23 @@ impl CudaBackend {
         }
         let chunks = w.cols.div_ceil(256);
         let split = splits_k(x.padded_rows, w.cols);
+        if let Some(kernel) = self.tile_kernel(x, w, split, fuse) {
+            // Register tiles of 64 rows × 64 features, each weight on whole tiles of its own.
+            let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(LIN_TILE_N)).sum();
+            let cfg = LaunchConfig {
+                grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_TILE_M) as u32, 1),
+                block_dim: (LIN_TILE_THREADS, 1, 1),
+                shared_mem_bytes: LIN_TILE_SMEM as u32,
+            };
+            let at = |i: usize| {
+                (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
+            };
+            let (w1, o1, n1) = at(1);
+            let (w2, o2, n2) = at(2);
+            let l = Launch::new(kernel, cfg).ptr(x.ptr()).ptr(w.ptr).ptr(w1).ptr(w2).u64(w.row_bytes as u64);
+            let l = l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(x.padded_rows as i32).i32(w.rows as i32);
+            return self.submit(l.i32(n1 as i32).i32(n2 as i32).i32(w.cols as i32).i32(fuse.resid as i32));
+        }
         let rope = fuse.rope;
         assert!(
             split || !glu && fuse.norm.is_none() && rope.is_none(),
@@ -232,6 +255,17 @@ impl CudaBackend {
         let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
         (self.wide_rows && ws.len() == 1 && plain && fits && x.padded_rows <= LIN_WIDE_ROWS && w.rows >= LIN_WIDE_FROM)
             .then_some(w.wide_kernel.as_ref())
+            .flatten()
+    }
+
+    /// `linear_tile` for this launch where it applies: rows past the split kernel's, nothing fused
+    /// but a residual add, K a multiple of 4 and x 16-byte aligned (its float4 reads), and
+    /// `PLUMB_CUDA_LINEAR_TILE=1` (`set_linear_tile`).
+    fn tile_kernel<'k>(&self, x: &CudaTensor, w: &'k CudaWeight, split: bool, fuse: Fuse) -> Option<&'k CudaFunction> {
+        let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
+        let aligned = w.cols.is_multiple_of(4) && x.ptr().is_multiple_of(16);
+        (self.linear_tile.load(Ordering::Relaxed) && !split && plain && aligned)
+            .then_some(w.tile_kernel.as_ref())
             .flatten()
     }
 

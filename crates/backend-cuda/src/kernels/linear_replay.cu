@@ -12,9 +12,10 @@
 // memory — a butterfly loop whose bounds ptxas could not see; these loops keep them in registers,
 // 64 registers and no stack frame by NVRTC 13.0.88, not yet measured on a GPU):
 //   - lane l's chain of chunk c: s_l = fmaf(x[e], w[e], s_l) for e = c·256 + 32j + l, j ascending,
-//     from 0; an element past K is linear_split's fmaf(0, 0, s_l), which returns s_l unchanged
-//     (a chain never holds -0: it starts at +0, and a round-to-nearest sum is -0 only when both
-//     addends are), so those steps are left out;
+//     from 0; an element past K is linear_split's fmaf(0, 0, s_l), s_l + (+0), which returns s_l
+//     but for -0, which it makes +0 (a chain can hold -0: an fmaf whose exact result underflows
+//     keeps its sign). The steps past K are left out for one __fadd_rn(s_l, 0) in their place
+//     (after it, further zero steps change nothing);
 //   - w[e] = deq<Q8_0>'s __fmul_rn((float)q, d): the int8 quant made a float exactly, as
 //     __int_as_float(0x4B000000 | (q + 128)) - (2^23 + 128) (both sides exact integers in f32),
 //     times the block's f16 scale widened by f16_to_f32;
@@ -107,6 +108,10 @@ extern "C" __global__ void __launch_bounds__(LIN_REPLAY_FEAT)
                     s[4 * i + 2] = fmaf(xq.z, __fmul_rn(q8_float(q[i], 2), d), s[4 * i + 2]);
                     s[4 * i + 3] = fmaf(xq.w, __fmul_rn(q8_float(q[i], 3), d), s[4 * i + 3]);
                 }
+            }
+            if (clen < LIN_KC) {
+#pragma unroll
+                for (int l = 0; l < 32; l++) s[l] = __fadd_rn(s[l], 0.0f);  // the steps past K (above)
             }
             const float p = butterfly_replay(s);
             acc = c == 0 ? p : __fadd_rn(acc, p);
