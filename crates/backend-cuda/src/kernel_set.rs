@@ -145,6 +145,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
         names.push(format!("linear_split_{s}"));
         names.push(format!("linear_wide_{s}"));
         names.push(format!("linear_tile_{s}"));
+        names.push(format!("linear_tile32_{s}"));
         names.push(format!("embed_{s}"));
     }
     names

@@ -191,11 +191,11 @@ pub struct CudaBackend {
     /// on the stack; the build that keeps them in registers is not measured yet. The same bits
     /// either way.
     pub(crate) wide_replay: AtomicBool,
-    /// Whether CUDA-core weights at more rows than `linear_split` takes run on `linear_tile` (a
-    /// register-tiled block of 64 rows × 64 features: kernels/linear_tile.cu) instead of
-    /// `linear_`'s warp a feature: `PLUMB_CUDA_LINEAR_TILE=1` or `set_linear_tile`. The same bits
-    /// either way.
-    pub(crate) linear_tile: AtomicBool,
+    /// Whether CUDA-core weights at more rows than `linear_split` takes run on `linear_tile`
+    /// (register-tiled blocks of 64 features: kernels/linear_tile.cu) instead of `linear_`'s warp
+    /// a feature, and on which rows a tile: 0, off; 1, 64; 2, 32 where 64-row tiles would leave
+    /// SMs idle (`PLUMB_CUDA_LINEAR_TILE`, `set_linear_tile`). The same bits every way.
+    pub(crate) linear_tile: std::sync::atomic::AtomicU8,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -356,7 +356,11 @@ impl CudaBackend {
             }
             .into(),
             wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").is_ok_and(|v| v == "1")),
-            linear_tile: AtomicBool::new(std::env::var("PLUMB_CUDA_LINEAR_TILE").is_ok_and(|v| v == "1")),
+            linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {
+                Ok("1") => 1,
+                Ok("2") => 2,
+                _ => 0,
+            }),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,
             mma_weights: AtomicBool::new(false),

@@ -46,9 +46,8 @@ const LIN_WIDE_MAX_K: usize = 1024;
 const LIN_WIDE_FROM: usize = 8192;
 /// `linear_replay_q8_0` (kernels/linear_replay.cu): features (threads) a block.
 const LIN_REPLAY_FEAT: usize = 32;
-/// `linear_tile` (kernels/linear_tile.cu): rows and features a block, its threads, and its
-/// dynamic shared memory (a 256-element chunk of both, as four planes of 64 lines of 72 floats).
-const LIN_TILE_M: usize = 64;
+/// `linear_tile` (kernels/linear_tile.cu): features a block, its threads, and its dynamic shared
+/// memory (a 256-element chunk of both, as four planes of 64 lines of 72 floats).
 const LIN_TILE_N: usize = 64;
 const LIN_TILE_THREADS: u32 = 256;
 pub(crate) const LIN_TILE_SMEM: usize = 2 * 4 * 64 * 72 * 4;
@@ -176,11 +175,11 @@ impl CudaBackend {
         }
         let chunks = w.cols.div_ceil(256);
         let split = splits_k(x.padded_rows, w.cols);
-        if let Some(kernel) = self.tile_kernel(x, w, split, fuse) {
-            // Register tiles of 64 rows × 64 features, each weight on whole tiles of its own.
+        if let Some((kernel, tile_rows)) = self.tile_kernel(x, ws, split, fuse) {
+            // Register tiles of 64 features, each weight on whole tiles of its own.
             let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(LIN_TILE_N)).sum();
             let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, x.padded_rows.div_ceil(LIN_TILE_M) as u32, 1),
+                grid_dim: (blocks as u32, x.padded_rows.div_ceil(tile_rows) as u32, 1),
                 block_dim: (LIN_TILE_THREADS, 1, 1),
                 shared_mem_bytes: LIN_TILE_SMEM as u32,
             };
@@ -258,15 +257,28 @@ impl CudaBackend {
             .flatten()
     }
 
-    /// `linear_tile` for this launch where it applies: rows past the split kernel's, nothing fused
-    /// but a residual add, K a multiple of 4 and x 16-byte aligned (its float4 reads), and
-    /// `PLUMB_CUDA_LINEAR_TILE=1` (`set_linear_tile`).
-    fn tile_kernel<'k>(&self, x: &CudaTensor, w: &'k CudaWeight, split: bool, fuse: Fuse) -> Option<&'k CudaFunction> {
+    /// `linear_tile` for this launch, and its rows a tile, where it applies: rows past the split
+    /// kernel's, nothing fused but a residual add, K a multiple of 4 and x 16-byte aligned (its
+    /// float4 reads), and `PLUMB_CUDA_LINEAR_TILE` 1 or 2 (`set_linear_tile`). Under 2, tiles of
+    /// 32 rows where tiles of 64 would give fewer blocks than the device has SMs (one block an SM
+    /// fits). Which tiles changes no element's operations.
+    fn tile_kernel<'k>(
+        &self,
+        x: &CudaTensor,
+        ws: &[&'k CudaWeight],
+        split: bool,
+        fuse: Fuse,
+    ) -> Option<(&'k CudaFunction, usize)> {
+        let w = ws[0];
         let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
         let aligned = w.cols.is_multiple_of(4) && x.ptr().is_multiple_of(16);
-        (self.linear_tile.load(Ordering::Relaxed) && !split && plain && aligned)
-            .then_some(w.tile_kernel.as_ref())
-            .flatten()
+        let mode = self.linear_tile.load(Ordering::Relaxed);
+        if mode == 0 || split || !plain || !aligned {
+            return None;
+        }
+        let blocks_64 = ws.iter().map(|w| w.rows.div_ceil(LIN_TILE_N)).sum::<usize>() * x.padded_rows.div_ceil(64);
+        let kernels = w.tile_kernels.as_ref()?;
+        Some(if mode == 2 && blocks_64 < self.tma.sms { (&kernels[1], 32) } else { (&kernels[0], 64) })
     }
 
     /// The dynamic shared memory of `linear_replay_q8_0` for a launch `linear_wide` would take, where

@@ -76,11 +76,17 @@ impl CudaBackend {
         self.wide_replay.store(on, Ordering::Relaxed);
     }
 
-    /// Runs CUDA-core weights at more rows than the split kernel takes on `linear_tile`, a
-    /// register-tiled block (on), or on `linear_`, a warp a feature (off, the default): the same
-    /// bits.
-    pub fn set_linear_tile(&self, on: bool) {
-        self.linear_tile.store(on, Ordering::Relaxed);
+    /// Runs CUDA-core weights at more rows than the split kernel takes on `linear_tile`, register
+    /// tiles of 64 rows (`Some(64)`) or of 32 where 64 would leave SMs idle (`Some(32)`), or on
+    /// `linear_`, a warp a feature (None, the default): the same bits.
+    pub fn set_linear_tile(&self, rows: Option<usize>) {
+        let mode = match rows {
+            None => 0,
+            Some(64) => 1,
+            Some(32) => 2,
+            Some(r) => panic!("set_linear_tile: tiles of 64 or 32 rows, not {r}"),
+        };
+        self.linear_tile.store(mode, Ordering::Relaxed);
     }
 
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
@@ -98,7 +104,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 21] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 22] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -120,7 +126,8 @@ impl CudaBackend {
             ("wide_rows_linear", self.wide_rows),
             ("wide_rows_persistent", self.wide_grid.load(Ordering::Relaxed) != 0),
             ("wide_rows_replay_q8_0", self.wide_replay.load(Ordering::Relaxed)),
-            ("linear_tile", self.linear_tile.load(Ordering::Relaxed)),
+            ("linear_tile", self.linear_tile.load(Ordering::Relaxed) > 0),
+            ("linear_tile_32_rows", self.linear_tile.load(Ordering::Relaxed) == 2),
         ]
     }
 

@@ -26,9 +26,9 @@ pub struct CudaWeight {
     /// The CUDA-core `linear` for many features and few rows (`linear_wide`; none for a weight on
     /// the tensor cores).
     pub(crate) wide_kernel: Option<CudaFunction>,
-    /// The CUDA-core `linear` for many rows on register tiles (`linear_tile`; none for a weight on
-    /// the tensor cores).
-    pub(crate) tile_kernel: Option<CudaFunction>,
+    /// The CUDA-core `linear` for many rows on register tiles of 64 and 32 rows (`linear_tile`,
+    /// `linear_tile32`; none for a weight on the tensor cores).
+    pub(crate) tile_kernels: Option<[CudaFunction; 2]>,
     /// Whether `linear` runs on the tensor cores (`kernels/linear_mma.cu`, `linear_wgmma.cu`, `linear_tma.cu`: bf16
     /// weights with K a multiple of 32, stored k-permuted, activations rounded to bf16; see
     /// [`CudaBackend::linear_inputs`]).
@@ -88,7 +88,8 @@ impl CudaBackend {
             ["linear", "linear_split", "embed"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone())
         };
         let wide_kernel = (!mma).then(|| self.kernel(&format!("linear_wide_{suffix}")).clone());
-        let tile_kernel = (!mma).then(|| self.kernel(&format!("linear_tile_{suffix}")).clone());
+        let tile_kernels =
+            (!mma).then(|| ["linear_tile", "linear_tile32"].map(|k| self.kernel(&format!("{k}_{suffix}")).clone()));
         let dense_ptr = dense.as_ref().map(|d| d.device_ptr(&self.stream).0);
         Ok(CudaWeight {
             name: src.name,
@@ -100,7 +101,7 @@ impl CudaBackend {
             dense_ptr,
             kernels,
             wide_kernel,
-            tile_kernel,
+            tile_kernels,
             mma,
             _bytes: bytes,
             _dense: dense,

@@ -29,9 +29,9 @@ fn linear_rows_are_batch_invariant_for_every_format() {
     // rows are whole 256-element super-blocks, take 768: three chunks); N = 40 and 24 leave
     // partial blocks of 8 features.
     // More rows than the split kernel takes run on `linear_` (a warp a feature) or, with
-    // `set_linear_tile`, on `linear_tile` (register tiles of 64 × 64, crossed by N = 40 + 24 and
-    // by 255 or 257 rows): both must give each row's solo bits.
-    for tile in [false, true] {
+    // `set_linear_tile`, on `linear_tile` (register tiles of 64 features and 64 or 32 rows,
+    // crossed by N = 40 and 24 and by 255 or 257 rows): each must give each row's solo bits.
+    for tile in [None, Some(64), Some(32)] {
         b.set_linear_tile(tile);
         for (n, k) in [(40, 576), (24, 1536)] {
             let x = activations(&mut rng, MAX_M, k.max(768), Spread::DynamicRange);
@@ -40,7 +40,7 @@ fn linear_rows_are_batch_invariant_for_every_format() {
                 let k = if k.is_multiple_of(block) { k } else { k.next_multiple_of(block).max(768) };
                 let x = &x[..MAX_M * k];
                 let w = weight(&b, &mut rng, ty, n, k);
-                check_rows(&format!("linear {ty} {n}x{k} (tile {tile})"), n, &mut |rows| {
+                check_rows(&format!("linear {ty} {n}x{k} (tile {tile:?})"), n, &mut |rows| {
                     let xt = b.upload(&pick(x, k, rows), rows.len(), k);
                     let mut out = b.tensor(rows.len(), n);
                     b.linear(&xt, &w, &mut out);
@@ -101,23 +101,22 @@ fn chains_that_underflow_to_minus_zero_keep_the_bits_of_the_steps_past_k() {
     // smallest f16 scale (2^-24) and quants 1 times x = -2^-126: each product is -2^-150, half
     // the smallest subnormal, which rounds to -0; at K = 576 (a last chunk of 64) every element
     // is -0 + -0 + (+0) = +0 on every kernel: wide and replay (one row), split (nine), `linear_`
-    // and `linear_tile` (100).
+    // and `linear_tile` in tiles of 64 and 32 rows (100).
     let (n, k) = (8192, 576);
     let block: Vec<u8> = [1u8, 0].into_iter().chain(std::iter::repeat_n(1u8, 32)).collect();
     let bytes = HostBytes::from_vec(block.repeat(n * k / 32));
     let w = b.load_weight(WeightSource { name: "tiny".into(), ty: GgmlType::Q8_0, rows: n, cols: k, bytes }).unwrap();
-    for (m, tile, replay) in
-        [(1, false, false), (1, false, true), (9, false, false), (100, false, false), (100, true, false)]
-    {
+    let cases = [(1, None, false), (1, None, true), (9, None, false), (100, None, false), (100, Some(64), false)];
+    for (m, tile, replay) in cases.into_iter().chain([(100, Some(32), false)]) {
         b.set_linear_tile(tile);
         b.set_wide_replay(replay);
         let mut out = b.tensor(m, n);
         b.linear(&b.upload(&vec![-f32::MIN_POSITIVE; m * k], m, k), &w, &mut out);
         if let Some(j) = b.download(&out).iter().position(|v| v.to_bits() != 0) {
-            panic!("{m} rows (tile {tile}, replay {replay}): element {j} is not +0");
+            panic!("{m} rows (tile {tile:?}, replay {replay}): element {j} is not +0");
         }
     }
-    b.set_linear_tile(false);
+    b.set_linear_tile(None);
     b.set_wide_replay(false);
 }
 

@@ -3,8 +3,9 @@
 // element chunk its lanes load eight x values from shared memory for eight fmafs and end in five
 // dependent shuffles, so it runs at a few percent of the f32 rate.
 //
-// Here a block of LIN_TILE_THREADS computes TILE_M rows × TILE_N features, each thread a 4 × 4
-// piece, every element with linear.cu's operations:
+// Here a block of LIN_TILE_THREADS computes 16·RM rows × TILE_N features (RM = 4: 64 rows; RM = 2:
+// 32, for launches whose 64-row tiles would leave SMs idle), each thread an RM × 4 piece, every
+// element with linear.cu's operations:
 //   - lane l's chain of chunk c: s_l = fmaf(x[e], w[e], s_l) for e = c·256 + 32j + l, j ascending,
 //     from +0, elements past K as fmaf(0, 0, s_l). A thread computes the chains one lane after
 //     another, each as 8 outer-product steps of its 4 × 4 piece, and leaves out the steps past
@@ -24,120 +25,142 @@
 // e ≡ q (mod 4) of the chunk: lane l = 4u + q's chain is plane q's lines u, u + 8, ..., line j·8 + u
 // holding element 32j + 4u + q of every row (x) or feature (w, dequantized by `deq`). Bit-reversed
 // lane order takes the planes 0, 2, 1, 3 and in each the lines' u in bit-reversed order.
-#define TILE_M 64
 #define TILE_N 64
 #define LIN_TILE_THREADS 256
-// Floats a shared line (TILE_M or TILE_N values and a pad): 16-byte aligned for the float4 reads,
-// and ≡ 8 (mod 32) so a warp's stores (8 rows × 4 consecutive float4 of x) hit 32 banks.
+// Floats a shared line (up to 64 rows or TILE_N features, and a pad): 16-byte aligned for the
+// vector reads, and ≡ 8 (mod 32) so a warp's stores (8 rows × 4 consecutive float4) hit 32 banks.
 #define TILE_LINE 72
 #define TILE_PLANE (64 * TILE_LINE)
 // Dynamic shared memory: x's four planes, then w's.
 #define LIN_TILE_SMEM (2 * 4 * TILE_PLANE * 4)
 
-// One chain (lane 4u + q of chunk lines), its 4 × 4 piece of outputs, `jmax` steps.
+// RM consecutive floats of a shared line (16-byte aligned for RM = 4, 8-byte for 2).
+template <int RM>
+__device__ __forceinline__ void tile_load(const float* p, float (&v)[RM]) {
+    if constexpr (RM == 4) {
+        const float4 a = *(const float4*)p;
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else {
+        const float2 a = *(const float2*)p;
+        v[0] = a.x, v[1] = a.y;
+    }
+}
+
+// One chain (lane 4u + q of the chunk's lines), its RM × 4 piece of outputs, `jmax` steps.
+template <int RM>
 __device__ __forceinline__ void tile_chain(const float* xs, const float* ws, int q, int u, int jmax, int ty, int tx,
-                                           float (&c)[16]) {
+                                           float (&c)[RM * 4]) {
 #pragma unroll
-    for (int i = 0; i < 16; i++) c[i] = 0.0f;
+    for (int i = 0; i < RM * 4; i++) c[i] = 0.0f;
 #pragma unroll
     for (int j = 0; j < LIN_KC / 32; j++) {
         if (j < jmax) {
             const int line = q * 64 + j * 8 + u;
-            const float4 a = *(const float4*)(xs + line * TILE_LINE + ty * 4);
-            const float4 b = *(const float4*)(ws + line * TILE_LINE + tx * 4);
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            float av[RM], bv[4];
+            tile_load<RM>(xs + line * TILE_LINE + ty * RM, av);
+            tile_load<4>(ws + line * TILE_LINE + tx * 4, bv);
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < RM; r++)
 #pragma unroll
                 for (int f = 0; f < 4; f++) c[r * 4 + f] = fmaf(av[r], bv[f], c[r * 4 + f]);
         }
     }
     if (jmax < LIN_KC / 32) {
 #pragma unroll
-        for (int i = 0; i < 16; i++) c[i] = __fadd_rn(c[i], 0.0f);
+        for (int i = 0; i < RM * 4; i++) c[i] = __fadd_rn(c[i], 0.0f);
     }
 }
 
 // The pairwise sum of plane q's eight chains in bit-reversed u order (u = 0, 4, 2, 6, 1, 5, 3, 7):
 // a complete tree of three levels, one pending node a level.
+template <int RM>
 __device__ __forceinline__ void tile_plane(const float* xs, const float* ws, int q, int jmax, int ty, int tx,
-                                           float (&root)[16]) {
-    float n0[16], n1[16], c[16];
+                                           float (&root)[RM * 4]) {
+    constexpr int E = RM * 4;
+    float n0[E], n1[E], c[E];
     // Leaves t = 0..7 (u = bitrev3(t)); constant bounds and indices throughout, so all stays in
     // registers.
-    tile_chain(xs, ws, q, 0, jmax, ty, tx, c);  // t0
+    tile_chain<RM>(xs, ws, q, 0, jmax, ty, tx, c);  // t0
 #pragma unroll
-    for (int i = 0; i < 16; i++) n0[i] = c[i];
-    tile_chain(xs, ws, q, 4, jmax, ty, tx, c);  // t1: node (0, 1)
+    for (int i = 0; i < E; i++) n0[i] = c[i];
+    tile_chain<RM>(xs, ws, q, 4, jmax, ty, tx, c);  // t1: node (0, 1)
 #pragma unroll
-    for (int i = 0; i < 16; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain(xs, ws, q, 2, jmax, ty, tx, c);  // t2
+    for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
+    tile_chain<RM>(xs, ws, q, 2, jmax, ty, tx, c);  // t2
 #pragma unroll
-    for (int i = 0; i < 16; i++) n0[i] = c[i];
-    tile_chain(xs, ws, q, 6, jmax, ty, tx, c);  // t3: node (2, 3), then (0..3)
+    for (int i = 0; i < E; i++) n0[i] = c[i];
+    tile_chain<RM>(xs, ws, q, 6, jmax, ty, tx, c);  // t3: node (2, 3), then (0..3)
 #pragma unroll
-    for (int i = 0; i < 16; i++) root[i] = __fadd_rn(n1[i], __fadd_rn(n0[i], c[i]));
-    tile_chain(xs, ws, q, 1, jmax, ty, tx, c);  // t4
+    for (int i = 0; i < E; i++) root[i] = __fadd_rn(n1[i], __fadd_rn(n0[i], c[i]));
+    tile_chain<RM>(xs, ws, q, 1, jmax, ty, tx, c);  // t4
 #pragma unroll
-    for (int i = 0; i < 16; i++) n0[i] = c[i];
-    tile_chain(xs, ws, q, 5, jmax, ty, tx, c);  // t5: node (4, 5)
+    for (int i = 0; i < E; i++) n0[i] = c[i];
+    tile_chain<RM>(xs, ws, q, 5, jmax, ty, tx, c);  // t5: node (4, 5)
 #pragma unroll
-    for (int i = 0; i < 16; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain(xs, ws, q, 3, jmax, ty, tx, c);  // t6
+    for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
+    tile_chain<RM>(xs, ws, q, 3, jmax, ty, tx, c);  // t6
 #pragma unroll
-    for (int i = 0; i < 16; i++) n0[i] = c[i];
-    tile_chain(xs, ws, q, 7, jmax, ty, tx, c);  // t7: node (6, 7), (4..7), then (0..7)
+    for (int i = 0; i < E; i++) n0[i] = c[i];
+    tile_chain<RM>(xs, ws, q, 7, jmax, ty, tx, c);  // t7: node (6, 7), (4..7), then (0..7)
 #pragma unroll
-    for (int i = 0; i < 16; i++) root[i] = __fadd_rn(root[i], __fadd_rn(n1[i], __fadd_rn(n0[i], c[i])));
+    for (int i = 0; i < E; i++) root[i] = __fadd_rn(root[i], __fadd_rn(n1[i], __fadd_rn(n0[i], c[i])));
 }
 
-template <int TY>
+// A chunk's float4 number a (elements 4a .. 4a + 3 of a row or feature, a = 8j + u) into the four
+// planes: element 32j + 4u + q at plane q, line j·8 + u = a, position `at`.
+__device__ __forceinline__ void tile_put(float* planes, int a, int at, float v0, float v1, float v2, float v3) {
+    float* dst = planes + a * TILE_LINE + at;
+    dst[0 * TILE_PLANE] = v0;
+    dst[1 * TILE_PLANE] = v1;
+    dst[2 * TILE_PLANE] = v2;
+    dst[3 * TILE_PLANE] = v3;
+}
+
+template <int TY, int RM>
 __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                                  float* __restrict__ out, int num_rows, int n_out, int k_in, int bx,
                                                  int resid) {
+    constexpr int TM = 16 * RM, E = RM * 4;
     extern __shared__ __align__(16) float tile_smem[];
     float* xs = tile_smem;
     float* ws = tile_smem + 4 * TILE_PLANE;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int r0 = blockIdx.y * TILE_M, f0 = bx * TILE_N;
+    const int r0 = blockIdx.y * TM, f0 = bx * TILE_N;
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
     // Staging: a warp's step covers 8 rows (or features) × 4 consecutive float4 of the chunk, so
-    // its global reads are 64-byte runs and its shared stores fall in 32 banks (TILE_LINE).
+    // its global reads are 64-byte runs and its shared stores fall in 32 banks (TILE_LINE). Float4
+    // a of a row (elements 4a .. 4a + 3, a = 8j + u) goes to line j·8 + u = a of each plane.
     const int lane = tid % 32, warp = tid / 32;
-    float acc[16];
+    float acc[E];
     for (int c = 0; c < num_chunks; c++) {
         const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
         __syncthreads();  // every thread done with the last chunk's planes
-        for (int i = 0; i < 16; i++) {
-            // 64 rows × 64 float4 a chunk: i picks the warp's 8 rows (i / 2) and 32 float4 (i % 2).
-            const int row = (i / 2) * 8 + lane / 4;
-            const int a = (i % 2) * 32 + warp * 4 + lane % 4;  // float4 a: elements 4a .. 4a + 3
-            const int kk = 4 * a, j = kk / 32, uu = (kk / 4) % 8;
+        for (int i = 0; i < TM / 4; i++) {
+            const int row = (i / 2) * 8 + lane / 4, a = (i % 2) * 32 + warp * 4 + lane % 4;
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r0 + row < num_rows && kk < clen) v = *(const float4*)(x + (u64)(r0 + row) * k_in + c0 + kk);
-            float* dst = xs + (j * 8 + uu) * TILE_LINE + row;
-            dst[0 * TILE_PLANE] = v.x;
-            dst[1 * TILE_PLANE] = v.y;
-            dst[2 * TILE_PLANE] = v.z;
-            dst[3 * TILE_PLANE] = v.w;
-            // The same float4 of feature `row`'s weight, dequantized; features past the last read
-            // a valid row and are never stored.
-            const u8* wrow = w + (u64)min(f0 + row, n_out - 1) * row_bytes;
-            float* wd = ws + (j * 8 + uu) * TILE_LINE + row;
+            if (r0 + row < num_rows && 4 * a < clen) v = *(const float4*)(x + (u64)(r0 + row) * k_in + c0 + 4 * a);
+            tile_put(xs, a, row, v.x, v.y, v.z, v.w);
+        }
+        for (int i = 0; i < TILE_N / 4; i++) {
+            // Feature f's weight, dequantized; features past the last read a valid row, never stored.
+            const int f = (i / 2) * 8 + lane / 4, a = (i % 2) * 32 + warp * 4 + lane % 4, kk = 4 * a;
+            const u8* wrow = w + (u64)min(f0 + f, n_out - 1) * row_bytes;
+            float v[4];
 #pragma unroll
-            for (int q = 0; q < 4; q++) wd[q * TILE_PLANE] = kk + q < clen ? deq<TY>(wrow, c0 + kk + q) : 0.0f;
+            for (int q = 0; q < 4; q++) v[q] = kk + q < clen ? deq<TY>(wrow, c0 + kk + q) : 0.0f;
+            tile_put(ws, a, f, v[0], v[1], v[2], v[3]);
         }
         __syncthreads();
         const int jmax = (clen + 31) / 32;
         // The planes in bit-reversed lane order — 0, 2, 1, 3: leaves 0..7, 8..15, 16..23, 24..31 —
         // as a loop (one plane's code, not four), the pending nodes in registers.
-        float p01[16], p2[16];
+        float p01[E], p2[E];
 #pragma unroll 1
         for (int s = 0; s < 4; s++) {
-            float root[16];
-            tile_plane(xs, ws, (s & 1) * 2 + s / 2, jmax, ty, tx, root);
+            float root[E];
+            tile_plane<RM>(xs, ws, (s & 1) * 2 + s / 2, jmax, ty, tx, root);
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
+            for (int i = 0; i < E; i++) {
                 if (s == 0) p01[i] = root[i];
                 else if (s == 1) p01[i] = __fadd_rn(p01[i], root[i]);
                 else if (s == 2) p2[i] = root[i];
@@ -149,8 +172,8 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
         }
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int row = r0 + ty * 4 + r;
+    for (int r = 0; r < RM; r++) {
+        const int row = r0 + ty * RM + r;
 #pragma unroll
         for (int f = 0; f < 4; f++) {
             const int m = f0 + tx * 4 + f;
@@ -160,13 +183,21 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
 }
 
 // The kernels take linear_'s arguments (one list for the host to fill); up to three weights.
+// linear_tile_ has tiles of 64 rows, linear_tile32_ of 32.
 #define LINEAR_TILE_KERNELS(NAME, TY)                                                                        \
     extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 1) linear_tile_##NAME(                   \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid) {                          \
         PDL_ENTRY();                                                                                          \
         LINEAR_SEGS(TILE_N)                                                                                   \
-        linear_tile_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                          \
+        linear_tile_body<TY, 4>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                       \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 1) linear_tile32_##NAME(                 \
+        const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid) {                          \
+        PDL_ENTRY();                                                                                          \
+        LINEAR_SEGS(TILE_N)                                                                                   \
+        linear_tile_body<TY, 2>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                       \
     }
 
 FOR_EACH_TYPE(LINEAR_TILE_KERNELS)
