@@ -267,7 +267,7 @@ impl CudaBackend {
                 "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops_linear::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
                 _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_of(&name).expect("named by rows"),
-                _ if name.starts_with("linear_tile_") => ops_linear::LIN_TILE_SMEM,
+                _ if name.starts_with("linear_tile") => ops_linear::LIN_TILE_SMEM,
                 _ if name.starts_with("attention_mma_") => {
                     let (hd, store) =
                         name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
