@@ -185,16 +185,17 @@ pub struct CudaBackend {
     /// keeps resident; `set_wide_grid`). The same bits either way.
     pub(crate) wide_grid: std::sync::atomic::AtomicUsize,
     /// Whether a Q8_0 weight that would run on `linear_wide` runs on `linear_replay_q8_0` instead
-    /// (a thread a feature replaying a warp's lanes: kernels/linear_replay.cu), opt-in with
-    /// `PLUMB_CUDA_WIDE_REPLAY=1` or `set_wide_replay`: its first build took the default model's
-    /// head 57.9 µs a launch against `linear_wide`'s 47.2 (H100, session 19), with its chain sums
-    /// on the stack; the build that keeps them in registers is not measured yet. The same bits
-    /// either way.
+    /// (a thread a feature replaying a warp's lanes: kernels/linear_replay.cu): on unless
+    /// `PLUMB_CUDA_WIDE_REPLAY=0` (or `set_wide_replay`). Alone, the default model's head took
+    /// 14.45 µs a launch against `linear_wide`'s 43.26 at one row and 54.6 against 143.0 at four
+    /// (H100, session 20, examples/wide_head.rs). The same bits either way.
     pub(crate) wide_replay: AtomicBool,
     /// Whether CUDA-core weights at more rows than `linear_split` takes run on `linear_tile`
     /// (register-tiled blocks of 64 features: kernels/linear_tile.cu) instead of `linear_`'s warp
-    /// a feature, and on which rows a tile: 0, off; 1, 64; 2, 32 where 64-row tiles would leave
-    /// SMs idle (`PLUMB_CUDA_LINEAR_TILE`, `set_linear_tile`). The same bits every way.
+    /// a feature, and on which rows a tile: 0, off; 1, 64 (the default: pp512 of an f32
+    /// SmolLM2-135M shape 37,332 / 37,423 tokens/s against 19,369 / 19,376, H100, session 20); 2,
+    /// 32 where 64-row tiles would leave SMs idle (`PLUMB_CUDA_LINEAR_TILE`, `set_linear_tile`).
+    /// The same bits every way.
     pub(crate) linear_tile: std::sync::atomic::AtomicU8,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
@@ -267,7 +268,8 @@ impl CudaBackend {
                 "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops_linear::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
                 _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_of(&name).expect("named by rows"),
-                _ if name.starts_with("linear_tile") => ops_linear::LIN_TILE_SMEM,
+                _ if name.starts_with("linear_tile32_") => ops_linear::tile_smem(32),
+                _ if name.starts_with("linear_tile_") => ops_linear::tile_smem(64),
                 _ if name.starts_with("attention_mma_") => {
                     let (hd, store) =
                         name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
@@ -355,11 +357,11 @@ impl CudaBackend {
                 _ => 0,
             }
             .into(),
-            wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").is_ok_and(|v| v == "1")),
+            wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").ok().is_none_or(|v| v != "0")),
             linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {
-                Ok("1") => 1,
+                Ok("0") => 0,
                 Ok("2") => 2,
-                _ => 0,
+                _ => 1,
             }),
             atm_split: attention_plan::atm_split_from(std::env::var("PLUMB_CUDA_ATM_SPLIT").ok().as_deref())?,
             fold_long_from,

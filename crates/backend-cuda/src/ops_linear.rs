@@ -46,11 +46,15 @@ const LIN_WIDE_MAX_K: usize = 1024;
 const LIN_WIDE_FROM: usize = 8192;
 /// `linear_replay_q8_0` (kernels/linear_replay.cu): features (threads) a block.
 const LIN_REPLAY_FEAT: usize = 32;
-/// `linear_tile` (kernels/linear_tile.cu): features a block, its threads, and its dynamic shared
-/// memory (a 256-element chunk of both, as four planes of 64 lines of 72 floats).
+/// `linear_tile` (kernels/linear_tile.cu): features a block and its threads.
 const LIN_TILE_N: usize = 64;
 const LIN_TILE_THREADS: u32 = 256;
-pub(crate) const LIN_TILE_SMEM: usize = 2 * 4 * 64 * 72 * 4;
+
+/// The dynamic shared memory of `linear_tile` in tiles of `rows` (64 or 32): a 256-element chunk
+/// of x and w as four planes of 64 lines each, x's lines `rows` + 8 floats, w's 72 (LIN_TILE_SMEM).
+pub(crate) const fn tile_smem(rows: usize) -> usize {
+    4 * 64 * (rows + 8 + 72) * 4
+}
 
 /// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
 /// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
@@ -181,7 +185,7 @@ impl CudaBackend {
             let cfg = LaunchConfig {
                 grid_dim: (blocks as u32, x.padded_rows.div_ceil(tile_rows) as u32, 1),
                 block_dim: (LIN_TILE_THREADS, 1, 1),
-                shared_mem_bytes: LIN_TILE_SMEM as u32,
+                shared_mem_bytes: tile_smem(tile_rows) as u32,
             };
             let at = |i: usize| {
                 (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
@@ -259,7 +263,7 @@ impl CudaBackend {
 
     /// `linear_tile` for this launch, and its rows a tile, where it applies: rows past the split
     /// kernel's, nothing fused but a residual add, K a multiple of 4 and x 16-byte aligned (its
-    /// float4 reads), and `PLUMB_CUDA_LINEAR_TILE` 1 or 2 (`set_linear_tile`). Under 2, tiles of
+    /// float4 reads), and `PLUMB_CUDA_LINEAR_TILE` not 0 (`set_linear_tile`). Under 2, tiles of
     /// 32 rows where tiles of 64 would give fewer blocks than the device has SMs (one block an SM
     /// fits). Which tiles changes no element's operations.
     fn tile_kernel<'k>(
@@ -284,7 +288,7 @@ impl CudaBackend {
     /// The dynamic shared memory of `linear_replay_q8_0` for a launch `linear_wide` would take, where
     /// the replay applies: a Q8_0 weight, 16-byte aligned rows of the block and x (16-byte pieces
     /// copied and read), within the 48 KiB a block gets without opting in, and the replay on
-    /// (`PLUMB_CUDA_WIDE_REPLAY=1`). The default model's head at one row takes 21.9 KiB.
+    /// (unless `PLUMB_CUDA_WIDE_REPLAY=0`). The default model's head at one row takes 21.9 KiB.
     fn replay_smem(&self, x: &CudaTensor, w: &CudaWeight) -> Option<usize> {
         let smem = LIN_REPLAY_FEAT * w.row_bytes + 4 * x.padded_rows * w.cols;
         let aligned = w.ptr.is_multiple_of(16) && x.ptr().is_multiple_of(16) && w.cols.is_multiple_of(4);

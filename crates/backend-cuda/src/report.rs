@@ -71,14 +71,14 @@ impl CudaBackend {
     }
 
     /// Runs a Q8_0 weight of many features at few rows on `linear_replay_q8_0`, a thread a
-    /// feature (on), or on `linear_wide`, a warp a feature (off, the default): the same bits.
+    /// feature (on, the default), or on `linear_wide`, a warp a feature (off): the same bits.
     pub fn set_wide_replay(&self, on: bool) {
         self.wide_replay.store(on, Ordering::Relaxed);
     }
 
     /// Runs CUDA-core weights at more rows than the split kernel takes on `linear_tile`, register
-    /// tiles of 64 rows (`Some(64)`) or of 32 where 64 would leave SMs idle (`Some(32)`), or on
-    /// `linear_`, a warp a feature (None, the default): the same bits.
+    /// tiles of 64 rows (`Some(64)`, the default) or of 32 where 64 would leave SMs idle
+    /// (`Some(32)`), or on `linear_`, a warp a feature (None): the same bits.
     pub fn set_linear_tile(&self, rows: Option<usize>) {
         let mode = match rows {
             None => 0,

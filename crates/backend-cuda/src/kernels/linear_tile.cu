@@ -27,12 +27,18 @@
 // lane order takes the planes 0, 2, 1, 3 and in each the lines' u in bit-reversed order.
 #define TILE_N 64
 #define LIN_TILE_THREADS 256
-// Floats a shared line (up to 64 rows or TILE_N features, and a pad): 16-byte aligned for the
-// vector reads, and ≡ 8 (mod 32) so a warp's stores (8 rows × 4 consecutive float4) hit 32 banks.
-#define TILE_LINE 72
-#define TILE_PLANE (64 * TILE_LINE)
-// Dynamic shared memory: x's four planes, then w's.
-#define LIN_TILE_SMEM (2 * 4 * TILE_PLANE * 4)
+// Floats a shared line: its 16·RM rows of x (or TILE_N features of w) and a pad of 8, so lines are
+// 16-byte aligned for the vector reads and ≡ 8 (mod 32) floats apart, and a warp's stores (8 rows
+// × 4 consecutive float4) hit 32 banks. A plane is 64 lines.
+template <int RM>
+__device__ __forceinline__ constexpr int tile_line() {
+    return 16 * RM + 8;
+}
+#define TILE_WLINE 72
+#define TILE_WPLANE (64 * TILE_WLINE)
+// Dynamic shared memory: x's four planes, then w's: 147,456 bytes for 64-row tiles (one block an
+// SM), 114,688 for 32 (two).
+#define LIN_TILE_SMEM(RM) (4 * 64 * (16 * (RM) + 8 + TILE_WLINE) * 4)
 
 // RM consecutive floats of a shared line (16-byte aligned for RM = 4, 8-byte for 2).
 template <int RM>
@@ -46,26 +52,28 @@ __device__ __forceinline__ void tile_load(const float* p, float (&v)[RM]) {
     }
 }
 
-// One chain (lane 4u + q of the chunk's lines), its RM × 4 piece of outputs, `jmax` steps.
-template <int RM>
+// One chain (lane 4u + q of the chunk's lines), its RM × 4 piece of outputs, `jmax` steps (all
+// eight in a whole chunk, FULL: no predicate, so the compiler may hoist each step's loads).
+template <int RM, bool FULL>
 __device__ __forceinline__ void tile_chain(const float* xs, const float* ws, int q, int u, int jmax, int ty, int tx,
                                            float (&c)[RM * 4]) {
+    constexpr int XL = tile_line<RM>();
 #pragma unroll
     for (int i = 0; i < RM * 4; i++) c[i] = 0.0f;
 #pragma unroll
     for (int j = 0; j < LIN_KC / 32; j++) {
-        if (j < jmax) {
+        if (FULL || j < jmax) {
             const int line = q * 64 + j * 8 + u;
             float av[RM], bv[4];
-            tile_load<RM>(xs + line * TILE_LINE + ty * RM, av);
-            tile_load<4>(ws + line * TILE_LINE + tx * 4, bv);
+            tile_load<RM>(xs + line * XL + ty * RM, av);
+            tile_load<4>(ws + line * TILE_WLINE + tx * 4, bv);
 #pragma unroll
             for (int r = 0; r < RM; r++)
 #pragma unroll
                 for (int f = 0; f < 4; f++) c[r * 4 + f] = fmaf(av[r], bv[f], c[r * 4 + f]);
         }
     }
-    if (jmax < LIN_KC / 32) {
+    if (!FULL && jmax < LIN_KC / 32) {
 #pragma unroll
         for (int i = 0; i < RM * 4; i++) c[i] = __fadd_rn(c[i], 0.0f);
     }
@@ -73,82 +81,99 @@ __device__ __forceinline__ void tile_chain(const float* xs, const float* ws, int
 
 // The pairwise sum of plane q's eight chains in bit-reversed u order (u = 0, 4, 2, 6, 1, 5, 3, 7):
 // a complete tree of three levels, one pending node a level.
-template <int RM>
+template <int RM, bool FULL>
 __device__ __forceinline__ void tile_plane(const float* xs, const float* ws, int q, int jmax, int ty, int tx,
                                            float (&root)[RM * 4]) {
     constexpr int E = RM * 4;
     float n0[E], n1[E], c[E];
     // Leaves t = 0..7 (u = bitrev3(t)); constant bounds and indices throughout, so all stays in
     // registers.
-    tile_chain<RM>(xs, ws, q, 0, jmax, ty, tx, c);  // t0
+    tile_chain<RM, FULL>(xs, ws, q, 0, jmax, ty, tx, c);  // t0
 #pragma unroll
     for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM>(xs, ws, q, 4, jmax, ty, tx, c);  // t1: node (0, 1)
+    tile_chain<RM, FULL>(xs, ws, q, 4, jmax, ty, tx, c);  // t1: node (0, 1)
 #pragma unroll
     for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain<RM>(xs, ws, q, 2, jmax, ty, tx, c);  // t2
+    tile_chain<RM, FULL>(xs, ws, q, 2, jmax, ty, tx, c);  // t2
 #pragma unroll
     for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM>(xs, ws, q, 6, jmax, ty, tx, c);  // t3: node (2, 3), then (0..3)
+    tile_chain<RM, FULL>(xs, ws, q, 6, jmax, ty, tx, c);  // t3: node (2, 3), then (0..3)
 #pragma unroll
     for (int i = 0; i < E; i++) root[i] = __fadd_rn(n1[i], __fadd_rn(n0[i], c[i]));
-    tile_chain<RM>(xs, ws, q, 1, jmax, ty, tx, c);  // t4
+    tile_chain<RM, FULL>(xs, ws, q, 1, jmax, ty, tx, c);  // t4
 #pragma unroll
     for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM>(xs, ws, q, 5, jmax, ty, tx, c);  // t5: node (4, 5)
+    tile_chain<RM, FULL>(xs, ws, q, 5, jmax, ty, tx, c);  // t5: node (4, 5)
 #pragma unroll
     for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain<RM>(xs, ws, q, 3, jmax, ty, tx, c);  // t6
+    tile_chain<RM, FULL>(xs, ws, q, 3, jmax, ty, tx, c);  // t6
 #pragma unroll
     for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM>(xs, ws, q, 7, jmax, ty, tx, c);  // t7: node (6, 7), (4..7), then (0..7)
+    tile_chain<RM, FULL>(xs, ws, q, 7, jmax, ty, tx, c);  // t7: node (6, 7), (4..7), then (0..7)
 #pragma unroll
     for (int i = 0; i < E; i++) root[i] = __fadd_rn(root[i], __fadd_rn(n1[i], __fadd_rn(n0[i], c[i])));
 }
 
 // A chunk's float4 number a (elements 4a .. 4a + 3 of a row or feature, a = 8j + u) into the four
-// planes: element 32j + 4u + q at plane q, line j·8 + u = a, position `at`.
-__device__ __forceinline__ void tile_put(float* planes, int a, int at, float v0, float v1, float v2, float v3) {
-    float* dst = planes + a * TILE_LINE + at;
-    dst[0 * TILE_PLANE] = v0;
-    dst[1 * TILE_PLANE] = v1;
-    dst[2 * TILE_PLANE] = v2;
-    dst[3 * TILE_PLANE] = v3;
+// planes of lines of LINE floats: element 32j + 4u + q at plane q, line j·8 + u = a, position `at`.
+template <int LINE>
+__device__ __forceinline__ void tile_put(float* planes, int a, int at, float4 v) {
+    float* dst = planes + a * LINE + at;
+    dst[0 * 64 * LINE] = v.x;
+    dst[1 * 64 * LINE] = v.y;
+    dst[2 * 64 * LINE] = v.z;
+    dst[3 * 64 * LINE] = v.w;
 }
 
 template <int TY, int RM>
 __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                                  float* __restrict__ out, int num_rows, int n_out, int k_in, int bx,
                                                  int resid) {
-    constexpr int TM = 16 * RM, E = RM * 4;
+    constexpr int TM = 16 * RM, E = RM * 4, XL = tile_line<RM>();
     extern __shared__ __align__(16) float tile_smem[];
     float* xs = tile_smem;
-    float* ws = tile_smem + 4 * TILE_PLANE;
+    float* ws = tile_smem + 4 * 64 * XL;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int r0 = blockIdx.y * TM, f0 = bx * TILE_N;
     const int num_chunks = (k_in + LIN_KC - 1) / LIN_KC;
     // Staging: a warp's step covers 8 rows (or features) × 4 consecutive float4 of the chunk, so
-    // its global reads are 64-byte runs and its shared stores fall in 32 banks (TILE_LINE). Float4
+    // its global reads are 64-byte runs and its shared stores fall in 32 banks (tile_line). Float4
     // a of a row (elements 4a .. 4a + 3, a = 8j + u) goes to line j·8 + u = a of each plane.
     const int lane = tid % 32, warp = tid / 32;
     float acc[E];
     for (int c = 0; c < num_chunks; c++) {
         const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
         __syncthreads();  // every thread done with the last chunk's planes
-        for (int i = 0; i < TM / 4; i++) {
-            const int row = (i / 2) * 8 + lane / 4, a = (i % 2) * 32 + warp * 4 + lane % 4;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r0 + row < num_rows && 4 * a < clen) v = *(const float4*)(x + (u64)(r0 + row) * k_in + c0 + 4 * a);
-            tile_put(xs, a, row, v.x, v.y, v.z, v.w);
-        }
-        for (int i = 0; i < TILE_N / 4; i++) {
-            // Feature f's weight, dequantized; features past the last read a valid row, never stored.
-            const int f = (i / 2) * 8 + lane / 4, a = (i % 2) * 32 + warp * 4 + lane % 4, kk = 4 * a;
-            const u8* wrow = w + (u64)min(f0 + f, n_out - 1) * row_bytes;
-            float v[4];
+        // Every load of a batch goes out before its first store.
+        {
+            float4 v[TM / 4];
 #pragma unroll
-            for (int q = 0; q < 4; q++) v[q] = kk + q < clen ? deq<TY>(wrow, c0 + kk + q) : 0.0f;
-            tile_put(ws, a, f, v[0], v[1], v[2], v[3]);
+            for (int i = 0; i < TM / 4; i++) {
+                const int row = (i / 2) * 8 + lane / 4, a = (i % 2) * 32 + warp * 4 + lane % 4;
+                v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (r0 + row < num_rows && 4 * a < clen) v[i] = *(const float4*)(x + (u64)(r0 + row) * k_in + c0 + 4 * a);
+            }
+#pragma unroll
+            for (int i = 0; i < TM / 4; i++)
+                tile_put<XL>(xs, (i % 2) * 32 + warp * 4 + lane % 4, (i / 2) * 8 + lane / 4, v[i]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            // Feature f's weight, dequantized, in two batches of eight float4; features past the
+            // last read a valid row and are never stored.
+            float4 v[TILE_N / 8];
+#pragma unroll
+            for (int i = 0; i < TILE_N / 8; i++) {
+                const int f = (h * 4 + i / 2) * 8 + lane / 4, kk = 4 * ((i % 2) * 32 + warp * 4 + lane % 4);
+                const u8* wrow = w + (u64)min(f0 + f, n_out - 1) * row_bytes;
+                float e[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) e[q] = kk + q < clen ? deq<TY>(wrow, c0 + kk + q) : 0.0f;
+                v[i] = make_float4(e[0], e[1], e[2], e[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < TILE_N / 8; i++)
+                tile_put<TILE_WLINE>(ws, (i % 2) * 32 + warp * 4 + lane % 4, (h * 4 + i / 2) * 8 + lane / 4, v[i]);
         }
         __syncthreads();
         const int jmax = (clen + 31) / 32;
@@ -158,7 +183,8 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
 #pragma unroll 1
         for (int s = 0; s < 4; s++) {
             float root[E];
-            tile_plane<RM>(xs, ws, (s & 1) * 2 + s / 2, jmax, ty, tx, root);
+            if (jmax == LIN_KC / 32) tile_plane<RM, true>(xs, ws, (s & 1) * 2 + s / 2, jmax, ty, tx, root);
+            else tile_plane<RM, false>(xs, ws, (s & 1) * 2 + s / 2, jmax, ty, tx, root);
 #pragma unroll
             for (int i = 0; i < E; i++) {
                 if (s == 0) p01[i] = root[i];
@@ -192,7 +218,7 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
         LINEAR_SEGS(TILE_N)                                                                                   \
         linear_tile_body<TY, 4>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                       \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 1) linear_tile32_##NAME(                 \
+    extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 2) linear_tile32_##NAME(                 \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid) {                          \
         PDL_ENTRY();                                                                                          \
