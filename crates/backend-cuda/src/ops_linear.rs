@@ -56,6 +56,17 @@ pub(crate) const fn tile_smem(rows: usize) -> usize {
     4 * 64 * (rows + 8 + 72) * 4
 }
 
+/// The arguments the CUDA-core `linear` kernels of up to three weights begin with (`seg_of` in
+/// kernels/linear.cu): x, the weights, their row bytes, the outputs, the rows, each weight's
+/// features (0 for a weight not given) and K.
+fn segment_args(l: Launch, x: &CudaTensor, ws: &[&CudaWeight], outs: &[&mut CudaTensor]) -> Launch {
+    let w = |i: usize| ws.get(i).map_or(0, |w| w.ptr);
+    let o = |i: usize| outs.get(i).map_or(0, |o| o.ptr());
+    let n = |i: usize| ws.get(i).map_or(0, |w| w.rows) as i32;
+    let l = l.ptr(x.ptr()).ptr(w(0)).ptr(w(1)).ptr(w(2)).u64(ws[0].row_bytes as u64);
+    l.ptr(o(0)).ptr(o(1)).ptr(o(2)).i32(x.padded_rows as i32).i32(n(0)).i32(n(1)).i32(n(2)).i32(ws[0].cols as i32)
+}
+
 /// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
 /// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
 pub(crate) fn splits_k(padded_rows: usize, k: usize) -> bool {
@@ -187,14 +198,7 @@ impl CudaBackend {
                 block_dim: (LIN_TILE_THREADS, 1, 1),
                 shared_mem_bytes: tile_smem(tile_rows) as u32,
             };
-            let at = |i: usize| {
-                (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
-            };
-            let (w1, o1, n1) = at(1);
-            let (w2, o2, n2) = at(2);
-            let l = Launch::new(kernel, cfg).ptr(x.ptr()).ptr(w.ptr).ptr(w1).ptr(w2).u64(w.row_bytes as u64);
-            let l = l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(x.padded_rows as i32).i32(w.rows as i32);
-            return self.submit(l.i32(n1 as i32).i32(n2 as i32).i32(w.cols as i32).i32(fuse.resid as i32));
+            return self.submit(segment_args(Launch::new(kernel, cfg), x, ws, outs).i32(fuse.resid as i32));
         }
         let rope = fuse.rope;
         assert!(
@@ -214,26 +218,8 @@ impl CudaBackend {
             block_dim: (warps as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let at = |i: usize| {
-            (ws.get(i).map_or(0, |w| w.ptr), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
-        };
-        let (w1, o1, n1) = at(1);
-        let (w2, o2, n2) = at(2);
         self.submit(
-            Launch::new(kernel, cfg)
-                .ptr(x.ptr())
-                .ptr(w.ptr)
-                .ptr(w1)
-                .ptr(w2)
-                .u64(w.row_bytes as u64)
-                .ptr(outs[0].ptr())
-                .ptr(o1)
-                .ptr(o2)
-                .i32(x.padded_rows as i32)
-                .i32(w.rows as i32)
-                .i32(n1 as i32)
-                .i32(n2 as i32)
-                .i32(w.cols as i32)
+            segment_args(Launch::new(kernel, cfg), x, ws, outs)
                 .i32(self.staged_loads as i32)
                 .i32(glu as i32)
                 .ptr(fuse.norm.map_or(0, |n| n.0))

@@ -79,39 +79,29 @@ __device__ __forceinline__ void tile_chain(const float* xs, const float* ws, int
     }
 }
 
-// The pairwise sum of plane q's eight chains in bit-reversed u order (u = 0, 4, 2, 6, 1, 5, 3, 7):
-// a complete tree of three levels, one pending node a level.
+// The pairwise sum of plane q's eight chains in bit-reversed u order (leaf t takes u = bitrev3(t):
+// 0, 4, 2, 6, 1, 5, 3, 7): a complete tree of three levels, one pending node a level. The loop is
+// unrolled, so t and every index are constants and all stays in registers.
 template <int RM, bool FULL>
 __device__ __forceinline__ void tile_plane(const float* xs, const float* ws, int q, int jmax, int ty, int tx,
                                            float (&root)[RM * 4]) {
     constexpr int E = RM * 4;
     float n0[E], n1[E], c[E];
-    // Leaves t = 0..7 (u = bitrev3(t)); constant bounds and indices throughout, so all stays in
-    // registers.
-    tile_chain<RM, FULL>(xs, ws, q, 0, jmax, ty, tx, c);  // t0
 #pragma unroll
-    for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM, FULL>(xs, ws, q, 4, jmax, ty, tx, c);  // t1: node (0, 1)
+    for (int t = 0; t < 8; t++) {
+        tile_chain<RM, FULL>(xs, ws, q, (t & 1) * 4 + (t & 2) + (t >> 2), jmax, ty, tx, c);
 #pragma unroll
-    for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain<RM, FULL>(xs, ws, q, 2, jmax, ty, tx, c);  // t2
-#pragma unroll
-    for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM, FULL>(xs, ws, q, 6, jmax, ty, tx, c);  // t3: node (2, 3), then (0..3)
-#pragma unroll
-    for (int i = 0; i < E; i++) root[i] = __fadd_rn(n1[i], __fadd_rn(n0[i], c[i]));
-    tile_chain<RM, FULL>(xs, ws, q, 1, jmax, ty, tx, c);  // t4
-#pragma unroll
-    for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM, FULL>(xs, ws, q, 5, jmax, ty, tx, c);  // t5: node (4, 5)
-#pragma unroll
-    for (int i = 0; i < E; i++) n1[i] = __fadd_rn(n0[i], c[i]);
-    tile_chain<RM, FULL>(xs, ws, q, 3, jmax, ty, tx, c);  // t6
-#pragma unroll
-    for (int i = 0; i < E; i++) n0[i] = c[i];
-    tile_chain<RM, FULL>(xs, ws, q, 7, jmax, ty, tx, c);  // t7: node (6, 7), (4..7), then (0..7)
-#pragma unroll
-    for (int i = 0; i < E; i++) root[i] = __fadd_rn(root[i], __fadd_rn(n1[i], __fadd_rn(n0[i], c[i])));
+        for (int i = 0; i < E; i++) {
+            if (t % 2 == 0) {
+                n0[i] = c[i];  // a leaf waiting for its pair
+                continue;
+            }
+            const float pair = __fadd_rn(n0[i], c[i]);  // leaves t - 1, t
+            if (t % 4 == 1) n1[i] = pair;  // waiting for the next pair
+            else if (t == 3) root[i] = __fadd_rn(n1[i], pair);  // leaves 0..3
+            else root[i] = __fadd_rn(root[i], __fadd_rn(n1[i], pair));  // 4..7, then 0..7
+        }
+    }
 }
 
 // A chunk's float4 number a (elements 4a .. 4a + 3 of a row or feature, a = 8j + u) into the four
