@@ -26,16 +26,14 @@ OUT=${2:?usage: ab-8b.sh BIN_DIR OUT_DIR}
 read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PLUMB_REQUIRE_GPU=1
-export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
+# tag_of, env_of, bin_of, run_with, gpu_env, reversed
+# shellcheck source=tools/device/settings.sh
+source "$(dirname "$0")/settings.sh"
+gpu_env
 PH=${PHASES:-tests gemm conc tg}
 has() { [[ " $PH " == *" $1 "* ]]; }
 status=0
 
-# tag_of, env_of, bin_of, run_with
-# shellcheck source=tools/device/settings.sh
-source "$(dirname "$0")/settings.sh"
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
 if has conc || has tg || has long || has profile; then
@@ -107,9 +105,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
         fi
     done
     # The next round runs the settings in reverse order.
-    rev=()
-    for ((i = ${#order[@]} - 1; i >= 0; i--)); do rev+=("${order[i]}"); done
-    order=("${rev[@]}")
+    mapfile -t order < <(reversed "${order[@]}")
 done
 cat "$L"
 if [ "${PACK:-0}" = 1 ]; then

@@ -24,17 +24,15 @@ read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
 source "$(dirname "$0")/default-model.sh"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PLUMB_REQUIRE_GPU=1
-export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
+# tag_of, env_of, bin_of, run_with, gpu_env, reversed
+# shellcheck source=tools/device/settings.sh
+source "$(dirname "$0")/settings.sh"
+gpu_env
 M=$(dirname "$P1")/smollm2.gguf
 cat "$P1" "$P2" | xz -d >"$M" || exit 1
 echo "$DEFAULT_MODEL_SHA256  $M" | sha256sum -c - >>"$L" 2>&1 || { cat "$L"; exit 1; }
 status=0
 
-# tag_of, env_of, bin_of, run_with
-# shellcheck source=tools/device/settings.sh
-source "$(dirname "$0")/settings.sh"
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
 for s in "${SET[@]}"; do
@@ -53,9 +51,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
             --repetitions 3 --depth 512 --receipt "$OUT/bench-$(tag_of "$s")-$round.json" 2>&1 |
             grep -E "^(pp|tg)" >>"$L"
     done
-    rev=()
-    for ((i = ${#order[@]} - 1; i >= 0; i--)); do rev+=("${order[i]}"); done
-    order=("${rev[@]}")
+    mapfile -t order < <(reversed "${order[@]}")
 done
 for s in "${SET[@]}"; do
     echo "## [$(tag_of "$s")] event-timed decode kernels (PLUMB_CUDA_PROFILE=decode)" >>"$L"

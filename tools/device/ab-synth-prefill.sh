@@ -19,13 +19,12 @@ OUT=${2:?usage: ab-synth-prefill.sh BIN_DIR OUT_DIR}
 read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PLUMB_REQUIRE_GPU=1
-export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
-M=${MODEL:-/tmp/smollm2-135m-f32}
-P=${PROMPT:-512}
+# tag_of, env_of, bin_of, run_with, gpu_env, reversed
 # shellcheck source=tools/device/settings.sh
 source "$(dirname "$0")/settings.sh"
+gpu_env
+M=${MODEL:-/tmp/smollm2-135m-f32}
+P=${PROMPT:-512}
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 if [ ! -f "$M/model.safetensors" ]; then
     "$B/plumb" synth --config "$(dirname "$0")/smollm2-135m-config.json" --dtype f32 "$M" >>"$L" 2>&1 || exit 1
@@ -38,9 +37,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             --prompt-len "$P" --gen-len 32 --repetitions 3 --receipt "$OUT/bench-$(tag_of "$s")-$round.json" 2>&1 |
             grep -E "^(pp|tg)" >>"$L"
     done
-    rev=()
-    for ((i = ${#order[@]} - 1; i >= 0; i--)); do rev+=("${order[i]}"); done
-    order=("${rev[@]}")
+    mapfile -t order < <(reversed "${order[@]}")
 done
 for s in "${SET[@]}"; do
     echo "## [$(tag_of "$s")] every kernel of a pp$P (PLUMB_CUDA_PROFILE=1)" >>"$L"

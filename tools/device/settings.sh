@@ -1,4 +1,4 @@
-# settings.sh — sourced by ab-8b.sh and ab-smol.sh: the settings of an A/B, each TAG:ASSIGNMENTS
+# settings.sh — sourced by ab-8b.sh, ab-smol.sh and ab-synth-prefill.sh: the settings of an A/B, each TAG:ASSIGNMENTS
 # (comma-separated VAR=VALUE; BIN=DIR runs that setting's binaries from DIR instead of $B).
 
 # The tag of a setting, and its assignments as `env` arguments.
@@ -19,4 +19,16 @@ run_with() {
     shift
     # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
     env $(env_of "$s") "$@"
+}
+# The GPU machine's environment for plumb's binaries: CUDA's libraries, GPU tests that fail
+# rather than skip without a GPU, and a plumb home of the run's (kept if set).
+gpu_env() {
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PLUMB_REQUIRE_GPU=1
+    export PLUMB_HOME=${PLUMB_HOME:-/tmp/plumb-home}
+}
+# Its arguments in reverse order (settings hold no spaces): the next round's order of settings.
+reversed() {
+    local i
+    for ((i = $#; i >= 1; i--)); do echo "${!i}"; done
 }
