@@ -23,9 +23,9 @@ pub(crate) fn pdl() -> bool {
 }
 
 /// The most arguments any kernel of `kernels/*.cu` takes (the CUDA-core `linear`, with its fused
-/// norm, residual, RoPE/KV and norm-after arguments: 29), and the 8-byte slots they fill (the TMA `linear`
+/// norm, residual and RoPE/KV arguments: 25), and the 8-byte slots they fill (the TMA `linear`
 /// takes four tensor maps of 16 slots each: 76 slots).
-const MAX_ARGS: usize = 32;
+const MAX_ARGS: usize = 28;
 const MAX_SLOTS: usize = 80;
 
 /// One kernel launch. Each argument starts an 8-byte slot; the driver reads as many bytes as the

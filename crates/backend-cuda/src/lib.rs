@@ -134,8 +134,6 @@ pub struct CudaBackend {
     graphs_enabled: AtomicBool,
     /// Whether `pick` runs on the device (`pick.rs`).
     pub(crate) picks_enabled: AtomicBool,
-    /// Kernel launches submitted so far, run or recorded (`launches`).
-    pub(crate) launches: std::sync::atomic::AtomicU64,
     /// Arrival counters, zero between launches (the last block to arrive resets its counter): the
     /// decode `linear`'s feature tiles (one per 64 features, so weights up to `ARRIVAL_COUNTERS` ×
     /// 64 features) and a split decode attention's (row, KV head) blocks. Kernels of one stream
@@ -172,11 +170,6 @@ pub struct CudaBackend {
     /// before its products cost more than the launch it saves: the default model decoded at
     /// 821 tokens/s with it and 863-865 without (session 16, docs/cuda-fusion-notes.md).
     pub(crate) fuse_norm: AtomicBool,
-    /// Whether `linear_add_norm` at decode sizes norms the residual in its product's last block
-    /// (`norm_after` in kernels/linear.cu: one launch instead of the product and `rms_norm`);
-    /// `PLUMB_CUDA_NORM_AFTER=0` or [`CudaBackend::set_norm_after`] launches `rms_norm` after it,
-    /// for measuring: the same bits.
-    pub(crate) norm_after: AtomicBool,
     /// Whether a residual add runs in the store of the product it adds (`linear_add`;
     /// `PLUMB_CUDA_FUSE_RESIDUAL=0` launches `add` after it, for measuring: the same bits).
     pub(crate) fuse_residual: bool,
@@ -341,7 +334,6 @@ impl CudaBackend {
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
-            launches: std::sync::atomic::AtomicU64::new(0),
             work: Arc::default(),
             decode_slots,
             decode_slots_wide,
@@ -357,7 +349,6 @@ impl CudaBackend {
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
             fuse_swiglu: std::env::var("PLUMB_CUDA_FUSE_SWIGLU").ok().is_none_or(|v| v != "0"),
             fuse_norm: AtomicBool::new(std::env::var("PLUMB_CUDA_FUSE_NORM").is_ok_and(|v| v == "1")),
-            norm_after: AtomicBool::new(std::env::var("PLUMB_CUDA_NORM_AFTER").map_or(true, |v| v != "0")),
             fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),
             fuse_qkv_rope: std::env::var("PLUMB_CUDA_FUSE_QKV_ROPE").ok().is_none_or(|v| v != "0"),
             wide_rows: std::env::var("PLUMB_CUDA_WIDE_ROWS").ok().is_none_or(|v| v != "0"),

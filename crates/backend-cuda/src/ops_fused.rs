@@ -27,33 +27,14 @@ const TMA_RESIDUAL_MAX_ROWS: usize = 64;
 /// The neighbours' work a `linear` launch takes (kernels/linear.cu, linear_tma.cu): a SwiGLU of
 /// its two products (`glu`), an RMSNorm of its input (`norm`: the norm weight's device pointer and
 /// epsilon), an add into its output's previous contents (`resid`), and RoPE of q|k with the K/V
-/// store after a q|k|v launch (`rope`), and the norm of the residual it added into for the next
-/// sublayer (`post_norm`).
+/// store after a q|k|v launch (`rope`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Fuse {
     pub glu: bool,
     pub norm: Option<(u64, f32)>,
     pub resid: bool,
     pub rope: Option<QkvRope>,
-    pub post_norm: Option<PostNorm>,
 }
-
-/// The norm a split launch's last block computes of the residual its products were added into
-/// (`norm_after` in kernels/linear.cu): the norm weight's device pointer, epsilon, and where the
-/// normed rows go.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct PostNorm {
-    pub weight: u64,
-    pub eps: f32,
-    pub out: u64,
-}
-
-/// The most rows whose norm after a split product runs in its last block (`norm_after`: one row
-/// after another in one block): decode steps of up to four requests. More rows take `rms_norm`'s
-/// launch, a block a row.
-const NORM_AFTER_MAX_ROWS: usize = 4;
-/// The widest residual `norm_after` takes: its threads hold 16 columns each (POST_NORM_BATCH).
-const NORM_AFTER_MAX_COLS: usize = 256 * 16;
 
 /// The RoPE and K/V store arguments of a q|k|v split launch (`QkvRope` in kernels/linear.cu): the
 /// step's cos/sin table, each row's cache slot, the layer's K and V caches, the store's code,
@@ -165,22 +146,6 @@ impl CudaBackend {
         self.fuse_residual && !(w.mma && (!self.tma.enabled || x.padded_rows > TMA_RESIDUAL_MAX_ROWS))
     }
 
-    /// Whether `linear_add_norm` runs as one split launch whose last block norms the residual
-    /// (`norm_after`): a CUDA-core weight at rows the split kernel takes, up to
-    /// `NORM_AFTER_MAX_ROWS` and `NORM_AFTER_MAX_COLS`, the add in the store, no rounded copy
-    /// wanted of the normed rows (no tensor-core weight loaded), and `PLUMB_CUDA_NORM_AFTER` not 0.
-    fn norm_after_fuses(&self, x: &CudaTensor, w: &CudaWeight, acc: &CudaTensor, norm: &CudaWeight) -> bool {
-        self.norm_after.load(Ordering::Relaxed)
-            && !w.mma
-            && self.residual_in_store(x, w)
-            && splits_k(x.padded_rows, w.cols)
-            && x.padded_rows <= NORM_AFTER_MAX_ROWS
-            && acc.cols <= NORM_AFTER_MAX_COLS
-            && norm.dense_ptr.is_some()
-            && norm.cols == acc.cols
-            && !self.mma_weights.load(Ordering::Relaxed)
-    }
-
     /// `linear_add`: the add in the product's store where `residual_in_store`, else the two apart.
     pub(crate) fn fused_linear_add(&self, x: &CudaTensor, w: &CudaWeight, acc: &mut CudaTensor) {
         if !self.residual_in_store(x, w) {
@@ -206,14 +171,6 @@ impl CudaBackend {
         if self.fuse_norm.load(Ordering::Relaxed) && !w.mma && splits_k(x.padded_rows, acc.cols) {
             self.fused_linear_add(x, w, acc);
             return None;
-        }
-        if self.norm_after_fuses(x, w, acc, norm.0) {
-            let normed = self.tensor(acc.rows, acc.cols);
-            let weight = norm.0.dense_ptr.expect("checked by norm_after_fuses");
-            let post_norm = Some(PostNorm { weight, eps: norm.1, out: normed.ptr() });
-            let fuse = Fuse { resid: true, post_norm, ..Fuse::default() };
-            self.linear_group_fused(x, &[w], &mut [acc], None, fuse);
-            return Some(normed);
         }
         if self.residual_in_store(x, w) {
             self.fused_linear_add(x, w, acc);

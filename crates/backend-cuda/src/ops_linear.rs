@@ -201,13 +201,11 @@ impl CudaBackend {
             return self.submit(segment_args(Launch::new(kernel, cfg), x, ws, outs).i32(fuse.resid as i32));
         }
         let rope = fuse.rope;
-        let post = fuse.post_norm;
         assert!(
-            split || !glu && fuse.norm.is_none() && rope.is_none() && post.is_none(),
+            split || !glu && fuse.norm.is_none() && rope.is_none(),
             "linear `{}`: only the split kernel fuses a norm, a SwiGLU or RoPE",
             w.name
         );
-        assert!(post.is_none() || ws.len() == 1 && fuse.resid, "linear `{}`: a norm after one residual add", w.name);
         // A SwiGLU block takes both weights' tasks of its features.
         let (feat, held) = (LIN_SPLIT_FEAT, if glu { 2 * chunks } else { chunks });
         let (kernel, features) = if split { (&w.kernels[1], feat) } else { (&w.kernels[0], LIN_WARPS) };
@@ -233,11 +231,7 @@ impl CudaBackend {
                 .ptr(rope.map_or(0, |r| r.v_cache))
                 .i32(rope.map_or(0, |r| r.store))
                 .i32(rope.map_or(0, |r| r.half))
-                .i32(rope.map_or(0, |r| r.head_dim))
-                .ptr(post.map_or(0, |p| p.weight))
-                .f32(post.map_or(0.0, |p| p.eps))
-                .ptr(post.map_or(0, |p| p.out))
-                .ptr(if post.is_some() { self.arrival_counters(1) } else { 0 }),
+                .i32(rope.map_or(0, |r| r.head_dim)),
         );
     }
 
@@ -247,7 +241,7 @@ impl CudaBackend {
     fn wide_kernel<'k>(&self, x: &CudaTensor, ws: &[&'k CudaWeight], fuse: Fuse) -> Option<&'k CudaFunction> {
         let w = ws[0];
         let fits = w.row_bytes <= LIN_WIDE_ROW_BYTES && w.row_bytes.is_multiple_of(4) && w.cols <= LIN_WIDE_MAX_K;
-        let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none() && fuse.post_norm.is_none();
+        let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
         (self.wide_rows && ws.len() == 1 && plain && fits && x.padded_rows <= LIN_WIDE_ROWS && w.rows >= LIN_WIDE_FROM)
             .then_some(w.wide_kernel.as_ref())
             .flatten()
@@ -266,7 +260,7 @@ impl CudaBackend {
         fuse: Fuse,
     ) -> Option<(&'k CudaFunction, usize)> {
         let w = ws[0];
-        let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none() && fuse.post_norm.is_none();
+        let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
         let aligned = w.cols.is_multiple_of(4) && x.ptr().is_multiple_of(16);
         let mode = self.linear_tile.load(Ordering::Relaxed);
         if mode == 0 || split || !plain || !aligned {

@@ -63,12 +63,6 @@ impl CudaBackend {
         self.fuse_norm.store(on, Ordering::Relaxed);
     }
 
-    /// Norms the residual in the last block of the split product that adds into it (on) or in
-    /// `rms_norm`'s launch after it (off): the same bits, so the tests hold both paths to them.
-    pub fn set_norm_after(&self, on: bool) {
-        self.norm_after.store(on, Ordering::Relaxed);
-    }
-
     /// Runs `linear_wide` as a persistent grid of `blocks` blocks, each walking groups of
     /// features (None: a block a group, the default), so a test can make each block walk many
     /// groups: the same bits.
@@ -101,12 +95,6 @@ impl CudaBackend {
         self.tma.cluster.store(on, Ordering::Relaxed);
     }
 
-    /// Kernel launches submitted so far, run at once or recorded into a step: what the tests
-    /// count to hold a fused op to the launches it saves.
-    pub fn launches(&self) -> u64 {
-        self.launches.load(Ordering::Relaxed)
-    }
-
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
@@ -116,7 +104,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 23] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 22] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -140,7 +128,6 @@ impl CudaBackend {
             ("wide_rows_replay_q8_0", self.wide_replay.load(Ordering::Relaxed)),
             ("linear_tile", self.linear_tile.load(Ordering::Relaxed) > 0),
             ("linear_tile_32_rows", self.linear_tile.load(Ordering::Relaxed) == 2),
-            ("norm_after_residual_add", self.norm_after.load(Ordering::Relaxed)),
         ]
     }
 

@@ -74,7 +74,6 @@ impl CudaBackend {
 
     /// Runs `launch` now, or records it while the step is recorded.
     pub(crate) fn submit(&self, launch: Launch) {
-        self.launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut st = self.lock_state();
         // A launch may write the norm's output, so its rounded copy is valid only up to here.
         let stale = st.rounded.take();

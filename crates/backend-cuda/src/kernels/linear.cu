@@ -191,64 +191,12 @@ __device__ __forceinline__ void norm_rows(const float* __restrict__ x, int rows,
     __syncthreads();
 }
 
-// The norm after a product added into the residual (`linear_add_norm` at decode sizes: `post_w`
-// set): the launch's last block to finish (arrival counter `count`, zero between launches: that
-// block resets it) writes rms_norm of the whole residual rows into `normed`, with rms_norm's
-// arithmetic (elementwise.cu's rms_norm_one): thread t of LIN_NORM_THREADS sums the squares of
-// columns t, t + 256, ... in one fmaf chain, warps reduce by the xor butterfly, norm_inv_of folds
-// the warp sums, and each output is (x · inv) · w. So the next sublayer reads the bits `rms_norm`
-// would write, without a launch of its own. The residual is read from L2 (`__ldcg`): this block's
-// L1 may hold lines of it from its own adds, from before the other blocks' stores.
-#define POST_NORM_BATCH 16
-__device__ __forceinline__ void norm_after(const float* acc, int rows, int cols, const float* __restrict__ w,
-                                           float eps, float* __restrict__ normed, u32* count) {
-    __shared__ u32 last;
-    __shared__ float sums[LIN_NORM_THREADS / 32];
-    __threadfence();  // this block's adds, before its arrival
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(count, 1u) == gridDim.x * gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // every block's adds, before reading them
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-    for (int r = 0; r < rows; r++) {
-        const float* xr = acc + (u64)r * cols;
-        float v[POST_NORM_BATCH];
-        float s = 0.0f;
-        if (t < LIN_NORM_THREADS) {
-#pragma unroll
-            for (int u = 0; u < POST_NORM_BATCH; u++) {
-                const int j = t + u * LIN_NORM_THREADS;
-                v[u] = j < cols ? __ldcg(xr + j) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < POST_NORM_BATCH; u++)
-                if (t + u * LIN_NORM_THREADS < cols) s = fmaf(v[u], v[u], s);
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-            if (lane == 0) sums[warp] = s;
-        }
-        __syncthreads();
-        if (t < LIN_NORM_THREADS) {
-            const float inv = norm_inv_of(sums, cols, eps);
-#pragma unroll
-            for (int u = 0; u < POST_NORM_BATCH; u++) {
-                const int j = t + u * LIN_NORM_THREADS;
-                if (j < cols) normed[(u64)r * cols + j] = __fmul_rn(__fmul_rn(v[u], inv), w[j]);
-            }
-        }
-        __syncthreads();  // every thread has read the sums before the next row's
-    }
-    if (t == 0) *count = 0;
-}
-
 template <int TY>
 __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, const u8* __restrict__ w,
                                                   u64 row_bytes, float* __restrict__ out, int num_rows, int n_out,
                                                   int k_in, int bx, int staged, const u8* __restrict__ w_up,
                                                   const float* __restrict__ nw, float eps, int resid, int seg,
-                                                  QkvRope rk, const float* __restrict__ post_w, float post_eps,
-                                                  float* __restrict__ post_out, u32* post_count) {
+                                                  QkvRope rk) {
     // [task][row]: task f * chunks + c of feature f (with `w_up`, features LIN_SPLIT_FEAT.. are up's).
     __shared__ float part[LIN_SPLIT_FEAT * LIN_SPLIT_MAX_CHUNKS][LIN_ROWS];
     // With `nw`: each row's 1 / rms (norm_rows).
@@ -354,7 +302,6 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
             kv_store_as(rk.st, (seg == 1 ? rk.kc : rk.vc) + at * kv_bytes(rk.st), y);
         }
     }
-    if (post_w) norm_after(out, num_rows, n_out, post_w, post_eps, post_out, post_count);
 }
 
 // The same elements for weights of many features read by few rows (the default model's LM head:
@@ -471,13 +418,11 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
                       float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
                       int glu, const float* nw, float eps, int resid, const float* rope_table,                \
-                      const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, int rope_half, int head_dim,      \
-                      const float* post_w, float post_eps, float* post_out, u32* post_count) {                \
+                      const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, int rope_half, int head_dim) {    \
         PDL_ENTRY();                                                                                          \
         /* the split kernel's switches (both take one argument list): never set for this one */              \
         (void)staged; (void)glu; (void)nw; (void)eps; (void)rope_table; (void)kv_slots; (void)k_cache;        \
-        (void)v_cache; (void)kv_st; (void)rope_half; (void)head_dim; (void)post_w; (void)post_eps;           \
-        (void)post_out; (void)post_count;                                                                     \
+        (void)v_cache; (void)kv_st; (void)rope_half; (void)head_dim;                                          \
         LINEAR_SEGS(LIN_WARPS)                                                                                \
         linear_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                               \
     }                                                                                                         \
@@ -485,12 +430,11 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu, const float* nw,  \
         float eps, int resid, const float* rope_table, const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, \
-        int rope_half, int head_dim, const float* post_w, float post_eps, float* post_out, u32* post_count) {    \
-        PDL_LAUNCH();                                                                                         \
+        int rope_half, int head_dim) { PDL_LAUNCH();                                                          \
         LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
         const QkvRope rk{rope_table, kv_slots, k_cache, v_cache, kv_st, rope_half, head_dim};                 \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr, nw, \
-                              eps, resid, sg.s, rk, post_w, post_eps, post_out, post_count);                  \
+                              eps, resid, sg.s, rk);                                                          \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_WIDE_WARPS * 32) linear_wide_##NAME(                   \
         const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in, int resid) { \
