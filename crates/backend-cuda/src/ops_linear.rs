@@ -248,8 +248,8 @@ impl CudaBackend {
     }
 
     /// `linear_tile` for this launch, and its rows a tile, where it applies: rows past the split
-    /// kernel's, nothing fused but a residual add, K a multiple of 4 and x 16-byte aligned (its
-    /// float4 reads), and `PLUMB_CUDA_LINEAR_TILE` not 0 (`set_linear_tile`). Under 2, tiles of
+    /// kernel's, nothing fused but a residual add, K a multiple of 4 and x and the weights 16-byte
+    /// aligned (its float4 reads, and `deq4`'s words), and `PLUMB_CUDA_LINEAR_TILE` not 0 (`set_linear_tile`). Under 2, tiles of
     /// 32 rows where tiles of 64 would give fewer blocks than the device has SMs (one block an SM
     /// fits). Which tiles changes no element's operations.
     fn tile_kernel<'k>(
@@ -261,7 +261,10 @@ impl CudaBackend {
     ) -> Option<(&'k CudaFunction, usize)> {
         let w = ws[0];
         let plain = !fuse.glu && fuse.norm.is_none() && fuse.rope.is_none();
-        let aligned = w.cols.is_multiple_of(4) && x.ptr().is_multiple_of(16);
+        // 16-byte x rows, and weight rows whose elements `deq4` reads four at a time.
+        let aligned = w.cols.is_multiple_of(4)
+            && x.ptr().is_multiple_of(16)
+            && ws.iter().all(|w| w.ptr.is_multiple_of(16) && w.row_bytes.is_multiple_of(2));
         let mode = self.linear_tile.load(Ordering::Relaxed);
         if mode == 0 || split || !plain || !aligned {
             return None;

@@ -174,6 +174,48 @@ __device__ __forceinline__ float deq(const u8* row, int k) {
     return 0.0f;
 }
 
+// Elements k .. k + 3 of the row at `row` (k a multiple of 4, so one block holds all four), each
+// by deq's rule for its format, operation for operation (so the bits of four deq calls), with
+// the block's shared fields read and widened once and the four quants read as one word: byte
+// loads and a widening an element had been most of the prefill tile's staging work
+// (linear_tile.cu). Reads need the row 16-byte aligned (every weight is its own allocation; the
+// host checks) — words of Q4_1's 4-byte aligned blocks, half-words of Q4_0's and Q8_0's 18- and
+// 34-byte ones; other formats take deq four times.
+template <int TY>
+__device__ __forceinline__ float4 deq4(const u8* row, int k) {
+    float e[4];
+    if (TY == TY_F32) {
+        return *(const float4*)(row + 4 * (u64)k);
+    } else if (TY == TY_Q4_1) {
+        const u8* b = row + (k / 32) * 20;
+        const u32 dm = *(const u32*)b;
+        const float d = f16_to_f32(dm & 0xFFFFu), m = f16_to_f32(dm >> 16);
+        const int j = k % 32;
+        const u32 qs = *(const u32*)(b + 4 + (j & 15)) >> (j < 16 ? 0 : 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) e[i] = __fadd_rn(__fmul_rn(d, (float)((qs >> (8 * i)) & 0x0Fu)), m);
+    } else if (TY == TY_Q4_0) {
+        const u8* b = row + (k / 32) * 18;
+        const float d = f16_to_f32(*(const unsigned short*)b);
+        const int j = k % 32;
+        const unsigned short* h = (const unsigned short*)(b + 2 + (j & 15));
+        const u32 qs = ((u32)h[0] | ((u32)h[1] << 16)) >> (j < 16 ? 0 : 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) e[i] = __fmul_rn(d, (float)((int)((qs >> (8 * i)) & 0x0Fu) - 8));
+    } else if (TY == TY_Q8_0) {
+        const u8* b = row + (k / 32) * 34;
+        const float d = f16_to_f32(*(const unsigned short*)b);
+        const unsigned short* h = (const unsigned short*)(b + 2 + k % 32);
+        const u32 qs = (u32)h[0] | ((u32)h[1] << 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) e[i] = __fmul_rn((float)(signed char)(u8)(qs >> (8 * i)), d);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) e[i] = deq<TY>(row, k + i);
+    }
+    return make_float4(e[0], e[1], e[2], e[3]);
+}
+
 // Instantiates MACRO(name, type id) for every format the backend supports.
 #define FOR_EACH_TYPE(MACRO) \
     MACRO(f32, TY_F32)       \

@@ -149,17 +149,15 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            // Feature f's weight, dequantized, in two batches of eight float4; features past the
-            // last read a valid row and are never stored.
+            // Feature f's weight, dequantized (`deq4`: K is a multiple of 4, so a float4 is all
+            // inside K or all past it), in two batches of eight float4; features past the last
+            // read a valid row and are never stored.
             float4 v[TILE_N / 8];
 #pragma unroll
             for (int i = 0; i < TILE_N / 8; i++) {
                 const int f = (h * 4 + i / 2) * 8 + lane / 4, kk = 4 * ((i % 2) * 32 + warp * 4 + lane % 4);
                 const u8* wrow = w + (u64)min(f0 + f, n_out - 1) * row_bytes;
-                float e[4];
-#pragma unroll
-                for (int q = 0; q < 4; q++) e[q] = kk + q < clen ? deq<TY>(wrow, c0 + kk + q) : 0.0f;
-                v[i] = make_float4(e[0], e[1], e[2], e[3]);
+                v[i] = kk < clen ? deq4<TY>(wrow, c0 + kk) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int i = 0; i < TILE_N / 8; i++)
