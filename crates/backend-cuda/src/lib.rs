@@ -197,6 +197,10 @@ pub struct CudaBackend {
     /// 32 where 64-row tiles would leave SMs idle (`PLUMB_CUDA_LINEAR_TILE`, `set_linear_tile`).
     /// The same bits every way.
     pub(crate) linear_tile: std::sync::atomic::AtomicU8,
+    /// Whether a one-weight `linear_tile` launch whose tiles would leave SMs idle runs a block a
+    /// (tile, chunk), the last of a tile folding its chunks (`ops_linear::tile_chunk_split`;
+    /// `PLUMB_CUDA_TILE_SPLIT=0` or `set_tile_split(false)`: whole-K tiles). The same bits.
+    pub(crate) tile_split: AtomicBool,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -358,6 +362,7 @@ impl CudaBackend {
             }
             .into(),
             wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").ok().is_none_or(|v| v != "0")),
+            tile_split: AtomicBool::new(std::env::var("PLUMB_CUDA_TILE_SPLIT").ok().is_none_or(|v| v != "0")),
             linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {
                 Ok("0") => 0,
                 Ok("2") => 2,

@@ -67,6 +67,16 @@ fn segment_args(l: Launch, x: &CudaTensor, ws: &[&CudaWeight], outs: &[&mut Cuda
     l.ptr(o(0)).ptr(o(1)).ptr(o(2)).i32(x.padded_rows as i32).i32(n(0)).i32(n(1)).i32(n(2)).i32(ws[0].cols as i32)
 }
 
+/// Whether a `linear_tile` launch of `tiles` tiles of `chunks` 256-element chunks each runs a
+/// block a (tile, chunk) on a device of `sms` SMs (one 64-row block an SM fits): where whole-K
+/// tiles leave SMs idle and a block a chunk takes fewer rounds of one chunk. The default model's
+/// o (72 tiles of three chunks at 512 rows on 132 SMs) and down (72 of six) then fill the SMs;
+/// its q|k|v (120 of three) would gain nothing and stays whole, as does any launch of more tiles
+/// than SMs.
+pub(crate) fn tile_chunk_split(tiles: usize, chunks: usize, sms: usize) -> bool {
+    tiles < sms && (tiles * chunks).div_ceil(sms) < chunks
+}
+
 /// Whether a CUDA-core `linear` of K `k` over `padded_rows` rows runs on the split kernel (the
 /// kernel that also fuses a norm before it and a SwiGLU after: ops_fused.rs).
 pub(crate) fn splits_k(padded_rows: usize, k: usize) -> bool {
@@ -193,12 +203,20 @@ impl CudaBackend {
         if let Some((kernel, tile_rows)) = self.tile_kernel(x, ws, split, fuse) {
             // Register tiles of 64 features, each weight on whole tiles of its own.
             let blocks: usize = ws.iter().map(|w| w.rows.div_ceil(LIN_TILE_N)).sum();
+            let row_tiles = x.padded_rows.div_ceil(tile_rows);
+            let split = ws.len() == 1
+                && self.tile_split.load(Ordering::Relaxed)
+                && tile_chunk_split(blocks * row_tiles, chunks, self.tma.sms);
             let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, x.padded_rows.div_ceil(tile_rows) as u32, 1),
+                grid_dim: (blocks as u32, row_tiles as u32, if split { chunks as u32 } else { 1 }),
                 block_dim: (LIN_TILE_THREADS, 1, 1),
                 shared_mem_bytes: tile_smem(tile_rows) as u32,
             };
-            return self.submit(segment_args(Launch::new(kernel, cfg), x, ws, outs).i32(fuse.resid as i32));
+            // Split by chunk: each chunk's sums of a tile in `part`, one arrival counter a tile.
+            let part = split.then(|| self.alloc(chunks * x.padded_rows * w.rows * 4));
+            let counters = if split { self.arrival_counters(blocks * row_tiles) } else { 0 };
+            let l = segment_args(Launch::new(kernel, cfg), x, ws, outs).i32(fuse.resid as i32);
+            return self.submit(l.ptr(part.as_ref().map_or(0, |p| p.ptr)).ptr(counters));
         }
         let rope = fuse.rope;
         assert!(
@@ -532,5 +550,23 @@ impl LinearOps for CudaBackend {
             .ptr(out.ptr())
             .i32(x.cols as i32);
         self.submit(l);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tile_chunk_split;
+
+    #[test]
+    fn tiles_split_by_chunk_only_where_whole_k_leaves_sms_idle() {
+        // The default model at 512 rows on an H100's 132 SMs: o and down split, q|k|v and
+        // gate|up stay whole.
+        assert!(tile_chunk_split(72, 3, 132));
+        assert!(tile_chunk_split(72, 6, 132));
+        assert!(!tile_chunk_split(120, 3, 132));
+        assert!(!tile_chunk_split(384, 3, 132));
+        // One chunk has nothing to split; a full device gains nothing.
+        assert!(!tile_chunk_split(10, 1, 132));
+        assert!(!tile_chunk_split(132, 6, 132));
     }
 }

@@ -89,6 +89,12 @@ impl CudaBackend {
         self.linear_tile.store(mode, Ordering::Relaxed);
     }
 
+    /// Splits one-weight `linear_tile` launches that would leave SMs idle by chunk (on, the
+    /// default) or runs each tile's whole K in one block (off): the same bits.
+    pub fn set_tile_split(&self, on: bool) {
+        self.tile_split.store(on, Ordering::Relaxed);
+    }
+
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
@@ -104,7 +110,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 22] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 23] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -128,6 +134,7 @@ impl CudaBackend {
             ("wide_rows_replay_q8_0", self.wide_replay.load(Ordering::Relaxed)),
             ("linear_tile", self.linear_tile.load(Ordering::Relaxed) > 0),
             ("linear_tile_32_rows", self.linear_tile.load(Ordering::Relaxed) == 2),
+            ("linear_tile_chunk_split", self.tile_split.load(Ordering::Relaxed)),
         ]
     }
 

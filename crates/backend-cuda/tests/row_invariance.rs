@@ -30,9 +30,11 @@ fn linear_rows_are_batch_invariant_for_every_format() {
     // partial blocks of 8 features.
     // More rows than the split kernel takes run on `linear_` (a warp a feature) or, with
     // `set_linear_tile`, on `linear_tile` (register tiles of 64 features and 64 or 32 rows,
-    // crossed by N = 40 and 24 and by 255 or 257 rows): each must give each row's solo bits.
-    for tile in [None, Some(64), Some(32)] {
+    // crossed by N = 40 and 24 and by 255 or 257 rows), whole-K or a block a chunk (these few
+    // tiles split where `set_tile_split` allows): each must give each row's solo bits.
+    for (tile, split) in [(None, false), (Some(64), true), (Some(64), false), (Some(32), true)] {
         b.set_linear_tile(tile);
+        b.set_tile_split(split);
         for (n, k) in [(40, 576), (24, 1536)] {
             let x = activations(&mut rng, MAX_M, k.max(768), Spread::DynamicRange);
             for ty in GgmlType::DEQUANTIZABLE {
@@ -40,7 +42,7 @@ fn linear_rows_are_batch_invariant_for_every_format() {
                 let k = if k.is_multiple_of(block) { k } else { k.next_multiple_of(block).max(768) };
                 let x = &x[..MAX_M * k];
                 let w = weight(&b, &mut rng, ty, n, k);
-                check_rows(&format!("linear {ty} {n}x{k} (tile {tile:?})"), n, &mut |rows| {
+                check_rows(&format!("linear {ty} {n}x{k} (tile {tile:?}, split {split})"), n, &mut |rows| {
                     let xt = b.upload(&pick(x, k, rows), rows.len(), k);
                     let mut out = b.tensor(rows.len(), n);
                     b.linear(&xt, &w, &mut out);

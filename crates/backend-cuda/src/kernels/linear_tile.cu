@@ -115,10 +115,15 @@ __device__ __forceinline__ void tile_put(float* planes, int a, int at, float4 v)
     dst[3 * 64 * LINE] = v.w;
 }
 
+// With `part` (a launch of one weight whose tiles alone would leave SMs idle: the host's choice),
+// blockIdx.z is a chunk: the block computes that chunk's sums of its tile into part[chunk][row][
+// feature], and the last block of the tile to arrive (`counters`, one per tile, zero between
+// launches: that block resets it) folds the tile's chunks left in ascending order from there —
+// the fold the unsplit block keeps in registers, so the same bits.
 template <int TY, int RM>
 __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                                  float* __restrict__ out, int num_rows, int n_out, int k_in, int bx,
-                                                 int resid) {
+                                                 int resid, float* __restrict__ part, u32* counters) {
     constexpr int TM = 16 * RM, E = RM * 4, XL = tile_line<RM>();
     extern __shared__ __align__(16) float tile_smem[];
     float* xs = tile_smem;
@@ -131,7 +136,8 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
     // a of a row (elements 4a .. 4a + 3, a = 8j + u) goes to line j·8 + u = a of each plane.
     const int lane = tid % 32, warp = tid / 32;
     float acc[E];
-    for (int c = 0; c < num_chunks; c++) {
+    const int c_lo = part ? (int)blockIdx.z : 0, c_hi = part ? c_lo + 1 : num_chunks;
+    for (int c = c_lo; c < c_hi; c++) {
         const int c0 = c * LIN_KC, clen = min(LIN_KC, k_in - c0);
         __syncthreads();  // every thread done with the last chunk's planes
         // Every load of a batch goes out before its first store.
@@ -180,10 +186,44 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
                 else if (s == 2) p2[i] = root[i];
                 else {
                     const float sum = __fadd_rn(p01[i], __fadd_rn(p2[i], root[i]));
-                    acc[i] = c == 0 ? sum : __fadd_rn(acc[i], sum);
+                    acc[i] = c == c_lo ? sum : __fadd_rn(acc[i], sum);
                 }
             }
         }
+    }
+    if (part) {
+        __shared__ u32 last;
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const int row = r0 + ty * RM + r;
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const int m = f0 + tx * 4 + f;
+                if (row < num_rows && m < n_out) part[((u64)c_lo * num_rows + row) * n_out + m] = acc[r * 4 + f];
+            }
+        }
+        __threadfence();  // this block's sums, before its arrival
+        __syncthreads();
+        u32* count = counters + blockIdx.y * gridDim.x + blockIdx.x;
+        if (tid == 0) last = atomicAdd(count, 1u) == gridDim.z - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();  // every block's sums, before reading them (from L2: __ldcg)
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            const int row = r0 + ty * RM + r;
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const int m = f0 + tx * 4 + f;
+                if (row >= num_rows || m >= n_out) continue;
+                const float* p = part + (u64)row * n_out + m;
+                const u64 stride = (u64)num_rows * n_out;
+                float a = __ldcg(p);
+                for (int c = 1; c < num_chunks; c++) a = __fadd_rn(a, __ldcg(p + c * stride));
+                acc[r * 4 + f] = a;
+            }
+        }
+        if (tid == 0) *count = 0;
     }
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -196,22 +236,25 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
     }
 }
 
-// The kernels take linear_'s arguments (one list for the host to fill); up to three weights.
-// linear_tile_ has tiles of 64 rows, linear_tile32_ of 32.
+// The kernels take linear_'s leading arguments (the host fills them alike), then `part` and
+// `counters` (null: not split by chunk); up to three weights. linear_tile_ has tiles of 64 rows,
+// linear_tile32_ of 32.
 #define LINEAR_TILE_KERNELS(NAME, TY)                                                                        \
     extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 1) linear_tile_##NAME(                   \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid) {                          \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid, float* part,                \
+        u32* counters) {                                                                                      \
         PDL_ENTRY();                                                                                          \
         LINEAR_SEGS(TILE_N)                                                                                   \
-        linear_tile_body<TY, 4>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                       \
+        linear_tile_body<TY, 4>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid, part, counters);       \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 2) linear_tile32_##NAME(                 \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
-        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid) {                          \
+        float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid, float* part,                \
+        u32* counters) {                                                                                      \
         PDL_ENTRY();                                                                                          \
         LINEAR_SEGS(TILE_N)                                                                                   \
-        linear_tile_body<TY, 2>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid);                       \
+        linear_tile_body<TY, 2>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid, part, counters);       \
     }
 
 FOR_EACH_TYPE(LINEAR_TILE_KERNELS)
