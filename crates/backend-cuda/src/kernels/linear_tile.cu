@@ -191,17 +191,20 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
             }
         }
     }
+    // f(row, feature, i) for each of the thread's RM × 4 outputs inside the launch.
+    auto each_output = [&](auto&& f) {
+#pragma unroll
+        for (int r = 0; r < RM; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int row = r0 + ty * RM + r, m = f0 + tx * 4 + q;
+                if (row < num_rows && m < n_out) f(row, m, r * 4 + q);
+            }
+    };
     if (part) {
         __shared__ u32 last;
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            const int row = r0 + ty * RM + r;
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const int m = f0 + tx * 4 + f;
-                if (row < num_rows && m < n_out) part[((u64)c_lo * num_rows + row) * n_out + m] = acc[r * 4 + f];
-            }
-        }
+        const u64 stride = (u64)num_rows * n_out;  // a chunk's sums
+        each_output([&](int row, int m, int i) { part[c_lo * stride + (u64)row * n_out + m] = acc[i]; });
         __threadfence();  // this block's sums, before its arrival
         __syncthreads();
         u32* count = counters + blockIdx.y * gridDim.x + blockIdx.x;
@@ -209,31 +212,15 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
         __syncthreads();
         if (!last) return;
         __threadfence();  // every block's sums, before reading them (from L2: __ldcg)
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            const int row = r0 + ty * RM + r;
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const int m = f0 + tx * 4 + f;
-                if (row >= num_rows || m >= n_out) continue;
-                const float* p = part + (u64)row * n_out + m;
-                const u64 stride = (u64)num_rows * n_out;
-                float a = __ldcg(p);
-                for (int c = 1; c < num_chunks; c++) a = __fadd_rn(a, __ldcg(p + c * stride));
-                acc[r * 4 + f] = a;
-            }
-        }
+        each_output([&](int row, int m, int i) {
+            const float* p = part + (u64)row * n_out + m;
+            float a = __ldcg(p);
+            for (int c = 1; c < num_chunks; c++) a = __fadd_rn(a, __ldcg(p + c * stride));
+            acc[i] = a;
+        });
         if (tid == 0) *count = 0;
     }
-#pragma unroll
-    for (int r = 0; r < RM; r++) {
-        const int row = r0 + ty * RM + r;
-#pragma unroll
-        for (int f = 0; f < 4; f++) {
-            const int m = f0 + tx * 4 + f;
-            if (row < num_rows && m < n_out) store_out(out + (u64)row * n_out + m, acc[r * 4 + f], resid);
-        }
-    }
+    each_output([&](int row, int m, int i) { store_out(out + (u64)row * n_out + m, acc[i], resid); });
 }
 
 // The kernels take linear_'s leading arguments (the host fills them alike), then `part` and
