@@ -24,7 +24,7 @@ read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
 source "$(dirname "$0")/default-model.sh"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
-# tag_of, env_of, bin_of, run_with, gpu_env, reversed
+# tag_of, env_of, bin_of, run_with, gpu_env, reversed, bench_rounds
 # shellcheck source=tools/device/settings.sh
 source "$(dirname "$0")/settings.sh"
 gpu_env
@@ -43,16 +43,7 @@ for s in "${SET[@]}"; do
         echo "[$(tag_of "$s")] $t rc=$rc $(grep 'test result' "$OUT/$t-$(tag_of "$s").log" | tail -1)" >>"$L"
     done
 done
-order=("${SET[@]}")
-for round in $(seq 1 "${ROUNDS:-3}"); do
-    for s in "${order[@]}"; do
-        echo "## [$(tag_of "$s")] pp512, tg128, depth 512 (round $round)" >>"$L"
-        run_with "$s" timeout 90 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" --kv-dtype f16 \
-            --repetitions 3 --depth 512 --receipt "$OUT/bench-$(tag_of "$s")-$round.json" 2>&1 |
-            grep -E "^(pp|tg)" >>"$L"
-    done
-    mapfile -t order < <(reversed "${order[@]}")
-done
+bench_rounds "pp512, tg128, depth 512" "${ROUNDS:-3}" --repetitions 3 --depth 512
 for s in "${SET[@]}"; do
     echo "## [$(tag_of "$s")] event-timed decode kernels (PLUMB_CUDA_PROFILE=decode)" >>"$L"
     run_with "$s" PLUMB_CUDA_PROFILE=decode timeout 60 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" \

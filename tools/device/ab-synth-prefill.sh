@@ -19,7 +19,7 @@ OUT=${2:?usage: ab-synth-prefill.sh BIN_DIR OUT_DIR}
 read -r -a SET <<<"${SETTINGS:?SETTINGS=\"TAG:VAR=VALUE,... TAG:...\"}"
 mkdir -p "$OUT"
 L=$OUT/ab.txt
-# tag_of, env_of, bin_of, run_with, gpu_env, reversed
+# tag_of, env_of, bin_of, run_with, gpu_env, reversed, bench_rounds
 # shellcheck source=tools/device/settings.sh
 source "$(dirname "$0")/settings.sh"
 gpu_env
@@ -29,16 +29,7 @@ bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$
 if [ ! -f "$M/model.safetensors" ]; then
     "$B/plumb" synth --config "$(dirname "$0")/smollm2-135m-config.json" --dtype f32 "$M" >>"$L" 2>&1 || exit 1
 fi
-order=("${SET[@]}")
-for round in $(seq 1 "${ROUNDS:-2}"); do
-    for s in "${order[@]}"; do
-        echo "## [$(tag_of "$s")] pp$P, tg32, depth 512 (round $round)" >>"$L"
-        run_with "$s" timeout 90 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" --kv-dtype f16 \
-            --prompt-len "$P" --gen-len 32 --repetitions 3 --receipt "$OUT/bench-$(tag_of "$s")-$round.json" 2>&1 |
-            grep -E "^(pp|tg)" >>"$L"
-    done
-    mapfile -t order < <(reversed "${order[@]}")
-done
+bench_rounds "pp$P, tg32, depth 512" "${ROUNDS:-2}" --prompt-len "$P" --gen-len 32 --repetitions 3
 for s in "${SET[@]}"; do
     echo "## [$(tag_of "$s")] every kernel of a pp$P (PLUMB_CUDA_PROFILE=1)" >>"$L"
     run_with "$s" PLUMB_CUDA_PROFILE=1 timeout 60 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" \
