@@ -51,7 +51,7 @@ const LIN_TILE_N: usize = 64;
 const LIN_TILE_THREADS: u32 = 256;
 
 /// The dynamic shared memory of `linear_tile` in tiles of `rows` (64 or 32): a 256-element chunk
-/// of x and w as four planes of 64 lines each, x's lines `rows` + 8 floats, w's 72 (LIN_TILE_SMEM).
+/// of x and w as four planes of 64 lines each, x's lines `rows` + 8 floats, w's 72 (linear_tile.cu).
 pub(crate) const fn tile_smem(rows: usize) -> usize {
     4 * 64 * (rows + 8 + 72) * 4
 }
@@ -266,10 +266,10 @@ impl CudaBackend {
     }
 
     /// `linear_tile` for this launch, and its rows a tile, where it applies: rows past the split
-    /// kernel's, nothing fused but a residual add, K a multiple of 4 and x and the weights 16-byte
-    /// aligned (its float4 reads, and `deq4`'s words), and `PLUMB_CUDA_LINEAR_TILE` not 0 (`set_linear_tile`). Under 2, tiles of
-    /// 32 rows where tiles of 64 would give fewer blocks than the device has SMs (one block an SM
-    /// fits). Which tiles changes no element's operations.
+    /// kernel's, nothing fused but a residual add, K a multiple of 4, x and the weights 16-byte
+    /// aligned (its float4 reads, and `deq4`'s words), and `PLUMB_CUDA_LINEAR_TILE` not 0
+    /// (`set_linear_tile`). Under 2, tiles of 32 rows where tiles of 64 would give fewer blocks
+    /// than the device has SMs (one block an SM fits). Which tiles changes no element's operations.
     fn tile_kernel<'k>(
         &self,
         x: &CudaTensor,

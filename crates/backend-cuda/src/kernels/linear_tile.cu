@@ -35,10 +35,8 @@ __device__ __forceinline__ constexpr int tile_line() {
     return 16 * RM + 8;
 }
 #define TILE_WLINE 72
-#define TILE_WPLANE (64 * TILE_WLINE)
-// Dynamic shared memory: x's four planes, then w's: 147,456 bytes for 64-row tiles (one block an
-// SM), 114,688 for 32 (two).
-#define LIN_TILE_SMEM(RM) (4 * 64 * (16 * (RM) + 8 + TILE_WLINE) * 4)
+// Dynamic shared memory (the host's `ops_linear::tile_smem`): x's four planes, then w's: 147,456
+// bytes for 64-row tiles (one block an SM), 114,688 for 32 (two).
 
 // RM consecutive floats of a shared line (16-byte aligned for RM = 4, 8-byte for 2).
 template <int RM>
