@@ -23,6 +23,7 @@ mod measure;
 mod ops;
 mod ops_fused;
 mod ops_linear;
+mod ops_tma;
 mod pick;
 mod pool;
 mod profile;
@@ -201,6 +202,12 @@ pub struct CudaBackend {
     /// (tile, chunk), the last of a tile folding its chunks (`ops_linear::tile_chunk_split`;
     /// `PLUMB_CUDA_TILE_SPLIT=0` or `set_tile_split(false)`: whole-K tiles). The same bits.
     pub(crate) tile_split: AtomicBool,
+    /// Whether gate|up and the SwiGLU run as one TMA launch where its tasks keep whole K
+    /// (`ops_tma::linear_tma_glu`; `PLUMB_CUDA_TMA_GLU=0` or `set_tma_glu(false)`: the two
+    /// products, then `silu_mul`). The same bits.
+    pub(crate) tma_glu: AtomicBool,
+    /// GLU launches so far (`tma_glu_launches`, for tests).
+    pub(crate) tma_glu_launches: std::sync::atomic::AtomicU64,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
     /// `PLUMB_CUDA_ATM_SPLIT`): bits follow it, so it is fixed for the backend's life.
     pub(crate) atm_split: usize,
@@ -271,7 +278,7 @@ impl CudaBackend {
             let smem = match name.as_str() {
                 "linear_mma_decode_bf16" | "linear_mma_decode_wide_bf16" => ops_linear::MMA_DECODE_SMEM,
                 "linear_wgmma_bf16" => ops_linear::WGMMA_SMEM,
-                _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_of(&name).expect("named by rows"),
+                _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_max_of(&name).expect("named by rows"),
                 _ if name.starts_with("linear_tile32_") => ops_linear::tile_smem(32),
                 _ if name.starts_with("linear_tile_") => ops_linear::tile_smem(64),
                 _ if name.starts_with("attention_mma_") => {
@@ -363,6 +370,8 @@ impl CudaBackend {
             .into(),
             wide_replay: AtomicBool::new(std::env::var("PLUMB_CUDA_WIDE_REPLAY").ok().is_none_or(|v| v != "0")),
             tile_split: AtomicBool::new(std::env::var("PLUMB_CUDA_TILE_SPLIT").ok().is_none_or(|v| v != "0")),
+            tma_glu: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLU").ok().is_none_or(|v| v != "0")),
+            tma_glu_launches: 0.into(),
             linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {
                 Ok("0") => 0,
                 Ok("2") => 2,

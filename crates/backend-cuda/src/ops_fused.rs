@@ -99,7 +99,8 @@ impl CudaBackend {
     }
 
     /// `linear_swiglu` (with `norm`: of rms_norm(x)), as one split launch where `swiglu_fuses` and
-    /// the norm fuses; else whatever of it does.
+    /// the norm fuses, or one TMA launch after the norm where `linear_tma_glu` applies; else
+    /// whatever of it does.
     pub(crate) fn fused_swiglu(
         &self,
         x: &CudaTensor,
@@ -119,7 +120,17 @@ impl CudaBackend {
                 self.fused_norm_linear(x, n, &[gate, up], &mut [&mut g, &mut u]);
                 return self.silu_mul(&g, &u, out);
             }
-            None if !glu => return swiglu_apart(self, x, gate, up, out),
+            None if !glu => {
+                // Tensor-core weights: one TMA launch where its tasks keep whole K.
+                if self.linear_tma_glu(x, gate, up, out, None) {
+                    for w in [gate, up] {
+                        self.work
+                            .add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
+                    }
+                    return;
+                }
+                return swiglu_apart(self, x, gate, up, out);
+            }
             _ => {}
         }
         assert_eq!(

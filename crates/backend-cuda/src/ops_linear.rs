@@ -10,15 +10,12 @@
 use crate::launch::Launch;
 use crate::ops_fused::Fuse;
 use crate::pool::DeviceBuf;
-use crate::tma::{TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_smem, tma_threads};
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use plumb_core::LinearOps;
 use std::sync::atomic::Ordering;
 
-use crate::linear_plan::{
-    DECODE_BLOCKS, FOLD_SHORT_KC, MMA_DECODE_MAX_ROWS, TMA_FOLD_IN_KERNEL_ROWS, decode_split, fold_chunk, keeps_whole_k,
-};
+use crate::linear_plan::{DECODE_BLOCKS, FOLD_SHORT_KC, MMA_DECODE_MAX_ROWS, decode_split, fold_chunk};
 pub(crate) use crate::linear_plan::{
     DECODE_FILL, DECODE_WIDE_GROUPS, FOLD_LONG_FROM, MMA_DECODE_SMEM, WGMMA_SMEM, decode_smem, kperm_bytes,
 };
@@ -98,7 +95,7 @@ impl CudaBackend {
 
     /// x as the tensor-core kernels take it: the copy the norm that wrote x made with it, else
     /// `round_bf16`'s (the same bits either way).
-    fn rounded(&self, x: &CudaTensor) -> DeviceBuf {
+    pub(crate) fn rounded(&self, x: &CudaTensor) -> DeviceBuf {
         self.take_rounded(x).unwrap_or_else(|| self.round_bf16(x))
     }
 
@@ -356,89 +353,6 @@ impl CudaBackend {
             None => l,
         };
         self.submit(l);
-    }
-
-    /// `linear` on the TMA kernels (kernels/linear_tma.cu): the instance whose row tile holds
-    /// the rows (or tiles them by 128), 128 features per task (64 for whole-K calls whose tasks
-    /// would not cover the SMs: `TmaPlan::feature_tile`), and for few rows K split over blocks as
-    /// `decode_split` plans it for the instance's resident blocks. Up to three weights of one
-    /// input run as one launch, each on whole tiles of its own.
-    fn linear_tma(
-        &self,
-        x: &CudaTensor,
-        ws: &[&CudaWeight],
-        outs: &mut [&mut CudaTensor],
-        rounded: Option<&DeviceBuf>,
-        resid: bool,
-    ) {
-        let rows = x.padded_rows;
-        let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
-        let i = self.tma.kernel(rows, tiles_128).0;
-        let n = TMA_ROWS[i];
-        let cols = ws[0].cols;
-        let features: usize = ws.iter().map(|w| w.rows).sum();
-        let kc = self.fold_chunk(cols);
-        let num_chunks = cols.div_ceil(kc);
-        // A free choice: the fold is the same with any split. Many rows keep whole K per block.
-        let per_split = if n <= 64 {
-            match self.tma.splits {
-                Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
-                None if keeps_whole_k(rows, num_chunks, kc) => num_chunks,
-                None => {
-                    decode_split(tiles_128, num_chunks, kc / FOLD_SHORT_KC, self.tma.slots[i], rows, self.decode_fill)
-                }
-            }
-        } else {
-            num_chunks
-        };
-        let splits = num_chunks.div_ceil(per_split);
-        let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
-        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
-        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
-        let own = rounded.is_none().then(|| self.rounded(x));
-        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
-        let cl = tma_cluster(self.tma.cluster.load(Ordering::Relaxed), n, ft, splits);
-        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n / cl);
-        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
-        let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
-        let grid =
-            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
-        let cfg = LaunchConfig {
-            grid_dim: (grid as u32, 1, 1),
-            block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: tma_smem(n, ft) as u32,
-        };
-        // The last block of a tile folds a few rows' partials; more rows fold in a launch of
-        // their own, every element in parallel.
-        let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
-        // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is ft / 64.
-        let counters = if fold_apart { 0 } else { self.arrival_counters(tiles * ft / 64) };
-        // Weight i's map, output and features; a launch of fewer weights repeats the first map
-        // (never read: those weights have no features).
-        let seg = |i: usize| {
-            (wmaps.get(i).unwrap_or(&wmaps[0]), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
-        };
-        let (m1, o1, n1) = seg(1);
-        let (m2, o2, n2) = seg(2);
-        // Both kernels take the outputs, then the rows and each weight's features.
-        let outputs = |l: Launch| {
-            l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
-        };
-        let l = Launch::new(self.kernel(&tma_name_cl(n, ft, kc, cl)), cfg)
-            .cluster(cl as u32)
-            .tensor_map(&xmap)
-            .tensor_map(&wmaps[0])
-            .tensor_map(m1)
-            .tensor_map(m2);
-        let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
-        // Without a fold launch, the kernel adds into a residual (`resid`); with one, the fold does.
-        let l = outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part_ptr).ptr(counters);
-        self.submit(l.i32((resid && !fold_apart) as i32));
-        if let Some(part) = part.filter(|_| fold_apart) {
-            let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
-            self.submit(outputs(l).i32(num_chunks as i32).i32(resid as i32));
-        }
     }
 }
 

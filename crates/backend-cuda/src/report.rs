@@ -101,6 +101,17 @@ impl CudaBackend {
         self.tma.cluster.store(on, Ordering::Relaxed);
     }
 
+    /// Runs tensor-core gate|up and the SwiGLU as one TMA launch where its tasks keep whole K
+    /// (on, the default) or as the two products and `silu_mul` (off): the same bits.
+    pub fn set_tma_glu(&self, on: bool) {
+        self.tma_glu.store(on, Ordering::Relaxed);
+    }
+
+    /// How many gate|up pairs ran as one TMA launch with the SwiGLU (`set_tma_glu`) so far.
+    pub fn tma_glu_launches(&self) -> u64 {
+        self.tma_glu_launches.load(Ordering::Relaxed)
+    }
+
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
@@ -110,7 +121,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 23] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 24] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -135,6 +146,7 @@ impl CudaBackend {
             ("linear_tile", self.linear_tile.load(Ordering::Relaxed) > 0),
             ("linear_tile_32_rows", self.linear_tile.load(Ordering::Relaxed) == 2),
             ("linear_tile_chunk_split", self.tile_split.load(Ordering::Relaxed)),
+            ("linear_tma_glu", self.tma_glu.load(Ordering::Relaxed)),
         ]
     }
 

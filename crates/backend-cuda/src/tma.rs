@@ -63,6 +63,13 @@ pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
     format!("linear_tma_bf16_n{n}{f}{c}{k}")
 }
 
+/// The name of the GLU instance (gate|up with the SwiGLU, `ops_tma::linear_tma_glu`) of `n` rows
+/// (up to `TMA_GLU_MAX_ROWS`) for a weight folded in chunks of `kc`.
+pub(crate) fn tma_name_glu(n: usize, kc: usize) -> String {
+    let k = if kc == 1024 { "_k1024" } else { "" };
+    format!("linear_tma_bf16_n{n}_glu{k}")
+}
+
 /// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
 /// its CTAs in clusters of two sharing x (the `_c2` instances: 64 rows, 128 features, whole K).
 pub(crate) fn tma_cluster(on: bool, n: usize, ft: usize, splits: usize) -> usize {
@@ -81,10 +88,24 @@ pub(crate) fn tma_smem(n: usize, ft: usize) -> usize {
     stages * (ft * 128 + n * 128) + 1024
 }
 
+/// The most rows of a GLU launch (`ops_tma::linear_tma_glu`); more run the two products and
+/// `silu_mul`. On an H100 the 8B's gate|up with the SwiGLU at 2,048 rows took 1,246 µs a launch
+/// against ~860 for the products and 171 for `silu_mul` (pp2048 23,840 / 23,931 tokens/s against
+/// 25,036 / 24,599; session 22, receipts/ab/session22/h100-call3-glu): the 192-row tile's store,
+/// silu_mul's division and exponential on one warpgroup while the tensor cores wait, cost more
+/// than the launch. At one row it won (tg32 163.8 / 163.7 against 161.8 / 161.4).
+pub(crate) const TMA_GLU_MAX_ROWS: usize = 64;
+
+/// The shared memory a GLU launch (`ops_tma::linear_tma_glu`) adds past the stages: 16 words of
+/// each of the 128 threads of a warpgroup (`GLU_XCH` in the kernel), for the up sums warpgroup 1
+/// hands to warpgroup 0.
+pub(crate) const TMA_GLU_XCH_BYTES: usize = 16 * 128 * 4;
+
 /// The shared memory a TMA instance is launched with, from its name (None for other kernels).
 pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
+    let rest = rest.strip_suffix("_glu").unwrap_or(rest);
     let rest = rest.strip_suffix("_c2").unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
@@ -214,6 +235,12 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
     map
 }
 
+/// The shared memory an instance is launched with (its kernel attribute): `tma_smem_of`, plus
+/// the exchange of a GLU instance (`linear_tma_glu`).
+pub(crate) fn tma_smem_max_of(name: &str) -> Option<usize> {
+    Some(tma_smem_of(name)? + if name.contains("_glu") { TMA_GLU_XCH_BYTES } else { 0 })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{TMA_ROWS, tma_kernel, tma_name, tma_smem, tma_smem_of};
@@ -234,12 +261,22 @@ mod tests {
         }
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
+        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_glu_k1024"), Some(tma_smem(64, 128) + 8192));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(8, 256)), Some(tma_smem(8, 128) + 8192));
+        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n192_k1024"), Some(tma_smem(192, 128)));
+        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_f64"), tma_smem_of("linear_tma_bf16_n64_f64"));
+        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));
-        assert!(tma_smem(192, 128) <= 227 * 1024);
+        assert!(tma_smem(192, 128) + super::TMA_GLU_XCH_BYTES <= 227 * 1024);
         // Two blocks of each few-row instance fit an H200 SM's 227 KB.
         for n in [8, 16, 32, 64] {
             for ft in [64, 128] {
                 assert!(2 * tma_smem(n, ft) <= 227 * 1024, "n{n} f{ft}");
+                // With a GLU launch's exchange (128 features a task), still two an SM of 228 KB
+                // (1 KB of each block the driver's).
+                if ft == 128 {
+                    assert!(2 * (tma_smem(n, ft) + super::TMA_GLU_XCH_BYTES + 1024) <= 228 * 1024, "glu n{n}");
+                }
             }
         }
     }

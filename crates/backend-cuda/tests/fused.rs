@@ -123,6 +123,60 @@ fn the_fused_swiglu_gives_the_bits_of_the_products_and_silu_mul_apart() {
 }
 
 #[test]
+fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_mul_apart() {
+    let Some(b) = device::backend("linear_swiglu (TMA)") else { return };
+    if b.linear_inputs(GgmlType::BF16, 576) != plumb_core::LinearInputs::Bf16
+        || b.kernel_choices()[0] != ("linear_tma", true)
+    {
+        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+        return;
+    }
+    let mut rng = Rng::new(device::seed() ^ 0x6e1);
+    // bf16 gate|up on 128-feature TMA tasks run as one launch (`linear_tma_glu`): a task's
+    // warpgroups take the same 64 features of gate and of up; whole-K tasks store the SwiGLU,
+    // split ones leave both products' chunk partials to the pair's last block (up to four rows)
+    // or to `fold_chunks_glu`. Every output must equal `linear_multi` then `silu_mul`, for
+    // widths that end in a partial 64-feature tile (258, 40) and whole ones, K of one stage past
+    // whole chunks (8,448), rows on each instance and fold (1 and 3 split, folded by the last
+    // block; 16 split, folded apart; 64 whole K; past 64, apart), and with the launch off; and the
+    // down projection after it, which takes the launch's rounded copy, must give the bits of the
+    // same rows rounded afresh.
+    let before = b.tma_glu_launches();
+    for (n, k) in [(1536usize, 576usize), (258, 1024), (40, 8192), (2304, 4096), (96, 8448)] {
+        let (gate, up) = (weight(&b, &mut rng, GgmlType::BF16, n, k), weight(&b, &mut rng, GgmlType::BF16, n, k));
+        let down = (n % 32 == 0).then(|| weight(&b, &mut rng, GgmlType::BF16, 64, n));
+        for m in [1, 3, 16, 64, 65, 130, 300, 700] {
+            let what = format!("{n}x{k}, {m} rows");
+            let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+            let mut apart = b.tensor(m, n);
+            plumb_core::swiglu_apart(&b, &x, &gate, &up, &mut apart);
+            let want = b.download(&apart);
+            assert!(want.iter().all(|v| v.is_finite()), "{what}: non-finite output");
+            for on in [true, false] {
+                b.set_tma_glu(on);
+                let mut fused = b.tensor(m, n);
+                b.linear_swiglu(&x, &gate, &up, &mut fused);
+                assert_same_bits(&b.download(&fused), &want, &|| format!("{what}, GLU launch {on}"));
+                if let Some(down) = &down {
+                    let mut after = b.tensor(m, 64);
+                    b.linear(&fused, down, &mut after);
+                    let copy = b.upload(&b.download(&fused), m, n);
+                    let mut fresh = b.tensor(m, 64);
+                    b.linear(&copy, down, &mut fresh);
+                    assert_same_bits(&b.download(&after), &b.download(&fresh), &|| {
+                        format!("{what}, GLU launch {on}: down after it")
+                    });
+                }
+            }
+        }
+    }
+    b.set_tma_glu(true);
+    // Most of those calls run 128-feature tasks: the one launch must have run.
+    assert!(b.tma_glu_launches() > before, "no GLU launch ran");
+    eprintln!("linear_swiglu (TMA): {} GLU launches, the bits apart", b.tma_glu_launches() - before);
+}
+
+#[test]
 fn the_residual_add_in_the_store_gives_the_bits_of_linear_then_add() {
     let Some(b) = device::backend("linear_add") else { return };
     let mut rng = Rng::new(device::seed() ^ 0xacc);

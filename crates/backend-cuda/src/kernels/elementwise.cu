@@ -168,7 +168,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        out[i] = silu_times(g, up[i]);
     }
 }
 
@@ -180,7 +180,7 @@ extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const f
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
-        const float y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        const float y = silu_times(g, up[i]);
         out[i] = y;
         const u64 j = (i % 32) / 2;
         xb[(i / 32) * 32 + 2 * (4 * (j % 4) + j / 4) + i % 2] = (unsigned short)bf16_bits(y);

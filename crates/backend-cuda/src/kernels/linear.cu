@@ -39,6 +39,12 @@ __device__ __forceinline__ void store_out(float* o, float y, int resid) {
     *o = resid ? __fadd_rn(*o, y) : y;
 }
 
+// silu(g) · u, the SwiGLU of a gate and an up product: silu_mul's arithmetic (elementwise.cu), one
+// definition for every kernel that computes it.
+__device__ __forceinline__ float silu_times(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 // RoPE of q and k and the K/V store after a q|k|v split launch (`norm_qkv_rope_write_kv`): the
 // step's cos/sin table ([rows][2 * half]), each row's cache slot, the layer's K and V caches in
 // the store `st` (kv_store.cu), `half` rotated pairs of adjacent dims a head of `head_dim`. Off
@@ -281,7 +287,7 @@ __device__ __forceinline__ void linear_split_body(const float* __restrict__ x, c
         if (w_up) {
             // silu_mul's arithmetic (elementwise.cu) on the two products, as it would read them.
             const float g = y;
-            y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), fold(LIN_SPLIT_FEAT + f, r));
+            y = silu_times(g, fold(LIN_SPLIT_FEAT + f, r));
         }
         if (rk.table && seg < 2) {
             // q (weight 0) and k (1) rotated as rope_write_kv rotates adjacent pairs (attention.cu),

@@ -23,6 +23,9 @@
 // are folded in chunk order — by the last block of a feature tile to arrive where `counters` is
 // given (they count arrivals, never add values; that block resets its counter), else by
 // `fold_chunks` after the kernel. The same fold either way, so the split changes no bit.
+// Under `glu` (gate|up with the SwiGLU, whole K) a task's two warpgroups take the same 64
+// features of gate and of up, and the task stores silu(gate) · up with silu_mul's arithmetic:
+// the bits of the two products and silu_mul apart, without the products' round trip to memory.
 
 
 // K-major operand with 128-byte swizzle: rows of 64 bf16 (128 bytes), 8-row atoms 1024 bytes
@@ -119,6 +122,20 @@ __device__ __forceinline__ float fold_column(const float* p, u64 s, int num_chun
     return v;
 }
 
+// `fold_chunks` of a GLU launch's partials ([chunk][row][gate's n0 features, then up's]): the
+// fold of element (n, m) of gate and of up, and their SwiGLU (`silu_times`) into out (n0 wide),
+// with `xb` also its rounded k-permuted copy, as silu_mul_bf16 writes it.
+__device__ __forceinline__ void glu_fold_store(const float* __restrict__ part, float* out,
+                                               unsigned short* __restrict__ xb, int num_rows, int n0, int num_chunks,
+                                               int n, int m) {
+    const u64 n_all = 2 * (u64)n0;
+    const float* p = part + (u64)n * n_all + m;
+    const float y = silu_times(fold_column(p, (u64)num_rows * n_all, num_chunks),
+                               fold_column(p + n0, (u64)num_rows * n_all, num_chunks));
+    out[(u64)n * n0 + m] = y;
+    if (xb) xb[(u64)n * n0 + kperm(m)] = (unsigned short)bf16_bits(y);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d[N / 2] = (accumulate ? d : 0) + A * B: one m64nNk16 step.
 template <int N>
@@ -186,15 +203,19 @@ __host__ __device__ constexpr int tma_stages(int n, int ft) {
 // The others are nine warps with at most 168 registers each (three warps on a sub-partition).
 __host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
 __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
+// Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
+// GLU_XCH x 128 floats (8 KB) of shared memory past the stages (`tma::TMA_GLU_XCH_BYTES`).
+#define GLU_XCH 16
 
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT, int SPC, int CL>
+template <int N, int FT, int SPC, int CL, bool GLU>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
-                                           float* __restrict__ part, u32* __restrict__ counters, int resid) {
+                                           float* __restrict__ part, u32* __restrict__ counters, int resid,
+                                           unsigned short* __restrict__ xb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
@@ -218,7 +239,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
-    const int all_tiles = (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
+    // GLU (the `_glu` instances: 128 features a task, one CTA a cluster; n0 = n1, n2 = 0): a task
+    // is 64 features of gate (weight 0, warpgroup 0) and the same 64 of up (weight 1, warpgroup
+    // 1), each staged from a map of 64-row boxes; the task stores silu(gate) · up (`silu_times`)
+    // of its 64 features, with `xb` also their rounded k-permuted copy as silu_mul_bf16 writes it.
+    static_assert(!GLU || (FT == 128 && CL == 1 && N <= 64), "GLU: 128 features a task, one CTA, decode rows");
+    const int all_tiles =
+        GLU ? (n0 + 63) / 64 : (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
     // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
     const int tasks = row_tiles * splits * ((all_tiles + CL - 1) / CL);
     const bool split = splits > 1;
@@ -249,6 +276,17 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     __syncthreads();
     if constexpr (CL == 2) cluster_sync();  // the peer's barriers exist before any copy lands there
 
+    // Stage s of feature tile ft's weight rows into dst: one box of FT rows of its weight, or
+    // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up.
+    auto load_w = [&](u32 dst, int s, int ft, u32 full) {
+        if constexpr (GLU) {
+            tma_load_2d(dst, &wmap0, s * WG_KS, ft * 64, full);
+            tma_load_2d(dst + 64 * 128, &wmap1, s * WG_KS, ft * 64, full);
+            return;
+        }
+        const Seg sg = seg_of(ft, FT, n0, n1);
+        tma_load_2d(dst, pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS, sg.u * FT, full);
+    };
     if (threadIdx.x >= 256) {
         if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 256) {
@@ -260,11 +298,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 int r0, c_lo, c_hi, ft;
                 bool own;
                 task(first, r0, c_lo, c_hi, ft, own);
-                const Seg sg = seg_of(ft, FT, n0, n1);
-                const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
                     mbar_expect_tx(full0 + 8 * early, STAGE);
-                    tma_load_2d(base + early * STAGE, wmap, s * WG_KS, sg.u * FT, full0 + 8 * early);
+                    load_w(base + early * STAGE, s, ft, full0 + 8 * early);
                 }
             }
             PDL_WAIT();
@@ -273,15 +309,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 int r0, c_lo, c_hi, ft;
                 bool own;
                 task(t, r0, c_lo, c_hi, ft, own);
-                const Seg sg = seg_of(ft, FT, n0, n1);
-                const TmaMap* wmap = pick3(sg.s, &wmap0, &wmap1, &wmap2);
                 for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
                     const int b = i % STAGES;
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
                     if (i >= early) {
                         mbar_expect_tx(full, STAGE);
-                        tma_load_2d(dst, wmap, s * WG_KS, sg.u * FT, full);
+                        load_w(dst, s, ft, full);
                     }
                     if constexpr (CL == 2) {
                         tma_load_2d_multicast(dst + W_BYTES + rank * X_ROWS * 128, &xmap, s * WG_KS,
@@ -316,8 +350,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         // of the launch's (`part` holds all the weights' features end to end). Its rows start at
         // n0w: the task's first, or its second half's for warpgroup 1 of a 64-feature task.
         const Seg sg = seg_of(ft, FT, n0, n1);
-        const int n_out = pick3(sg.s, n0, n1, n2);
-        const int m0 = sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
+        const int n_out = GLU ? n0 : pick3(sg.s, n0, n1, n2);
+        const int m0 = GLU ? ft * 64 + 16 * warp + g : sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
         const int n0w = r0 + (FT == 128 ? 0 : wg * NW);
         float d[NW / 2], acc[NW / 2];
         for (int c = c_lo; c < c_hi; c++) {
@@ -346,7 +380,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 for (int e = 0; e < NW / 2; e++) {
                     const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
                     if (own && m < n_out && n < num_rows)
-                        part[((u64)c * num_rows + n) * n_all + pick3(sg.s, 0, n0, n0 + n1) + m] = d[e];
+                        part[((u64)c * num_rows + n) * n_all + (GLU ? wg * n0 : pick3(sg.s, 0, n0, n0 + n1)) + m] = d[e];
                 }
             } else {
 #pragma unroll
@@ -356,6 +390,35 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
         // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the warpgroup's NW.
         float* out = pick3(sg.s, out0, out1, out2);
+        if (GLU && !split) {
+            // Warpgroup 1 hands its up sums to warpgroup 0, whose threads hold the gate sums of the
+            // same (feature, row) elements, GLU_XCH at a time through the shared words past the
+            // stages (named barrier 1: the producer warp takes no part).
+            float* xch = reinterpret_cast<float*>(smem + (base - smem_addr(smem)) + STAGES * STAGE);
+            const int tid = threadIdx.x % 128;
+#pragma unroll
+            for (int e0 = 0; e0 < NW / 2; e0 += GLU_XCH) {
+                if (wg == 1) {
+#pragma unroll
+                    for (int j = 0; j < GLU_XCH && e0 + j < NW / 2; j++) xch[j * 128 + tid] = acc[e0 + j];
+                }
+                asm volatile("bar.sync 1, 256;\n" ::: "memory");
+                if (wg == 0) {
+#pragma unroll
+                    for (int j = 0; j < GLU_XCH && e0 + j < NW / 2; j++) {
+                        const int e = e0 + j;
+                        const int m = m0 + 8 * ((e / 2) % 2), n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
+                        if (m < n0 && n < num_rows) {
+                            const float y = silu_times(acc[e], xch[j * 128 + tid]);
+                            out0[(u64)n * n0 + m] = y;
+                            if (xb) xb[(u64)n * n0 + kperm(m)] = (unsigned short)bf16_bits(y);
+                        }
+                    }
+                }
+                asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            }
+            continue;
+        }
         if (!split) {
 #pragma unroll
             for (int e = 0; e < NW / 2; e++) {
@@ -374,6 +437,16 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (!is_last) continue;
         __threadfence();
+        if constexpr (GLU) {
+            // Gate's and up's columns of the pair's 64 features, each folded as `fold_chunks_glu`
+            // folds them, and their SwiGLU.
+            for (int j = threadIdx.x; j < num_rows * 64; j += 256) {
+                const int n = j / 64, m = ft * 64 + j % 64;
+                if (m < n0) glu_fold_store(part, out0, xb, num_rows, n0, num_chunks, n, m);
+            }
+            if (threadIdx.x == 0) counters[ft] = 0;
+            continue;
+        }
         for (int j = threadIdx.x; j < num_rows * FT; j += 256) {
             const int n = j / FT, m = sg.u * FT + j % FT;
             if (m >= n_out) continue;
@@ -402,23 +475,38 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
               fold_column(part + i, (u64)num_rows * n_all, num_chunks), resid);
 }
 
+// A split GLU launch's fold of more rows than its last blocks fold: one thread per element.
+extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float* out,
+                                           unsigned short* __restrict__ xb, int num_rows, int n0, int num_chunks) {
+    PDL_ENTRY();
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)num_rows * n0) return;
+    glu_fold_store(part, out, xb, num_rows, n0, num_chunks, (int)(i / n0), (int)(i % n0));
+}
+
 // One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
 // the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
 // accumulators of the 64-row instance at its 96 registers).
-#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_CL(N, FT, SPC, 1, NAME, BLOCKS)
-#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS)                                                                \
+#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, false, NAME, BLOCKS)
+#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, false, NAME, BLOCKS)
+#define LINEAR_TMA_G(N, FT, SPC, CL, GLU, NAME, BLOCKS)                                                             \
     extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters, int resid) {                                                                   \
+        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb) {                                  \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
-        linear_tma<N, FT, SPC, CL>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,          \
-                                   chunks_per_split, part, counters, resid);                                       \
+        linear_tma<N, FT, SPC, CL, GLU>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,     \
+                                        chunks_per_split, part, counters, resid, xb);                              \
     }
 #define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
     LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
     LINEAR_TMA(N, FT, 16, NAME##_k1024, BLOCKS)
+// gate|up with the SwiGLU (`GLU`): 128 features a task, one CTA a cluster, up to 64 rows (at 2,048
+// rows the 192-row tile's store of the SwiGLU cost more than the silu_mul launch it saved).
+#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                   \
+    LINEAR_TMA_G(N, 128, 4, 1, true, NAME##_glu, BLOCKS) \
+    LINEAR_TMA_G(N, 128, 16, 1, true, NAME##_glu_k1024, BLOCKS)
 LINEAR_TMA_KC(8, 128, n8, 2)
 LINEAR_TMA_KC(16, 128, n16, 2)
 LINEAR_TMA_KC(32, 128, n32, 2)
@@ -431,3 +519,7 @@ LINEAR_TMA_KC(64, 64, n64_f64, 2)
 // 64 rows of x shared by a cluster of two (`CL`): whole-K tasks of 128 features at 33-64 rows.
 LINEAR_TMA_CL(64, 128, 4, 2, n64_c2, 2)
 LINEAR_TMA_CL(64, 128, 16, 2, n64_c2_k1024, 2)
+LINEAR_TMA_GLU(8, n8, 2)
+LINEAR_TMA_GLU(16, n16, 2)
+LINEAR_TMA_GLU(32, n32, 2)
+LINEAR_TMA_GLU(64, n64, 2)

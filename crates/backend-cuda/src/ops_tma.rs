@@ -1,0 +1,200 @@
+//! `linear` on the TMA kernels (kernels/linear_tma.cu), planned by `tma.rs`: the instance whose
+//! row tile holds the rows (or tiles them by 128 or 192), 128 features a task (64 for whole-K
+//! calls whose tasks would not cover the SMs: `TmaPlan::feature_tile`), and for few rows K split
+//! over blocks as `decode_split` plans it for the instance's resident blocks; up to three weights
+//! of one input as one launch, each on whole tiles of its own; and gate|up with the SwiGLU as one
+//! launch where its tasks keep whole K (`linear_tma_glu`). Every choice here computes the same
+//! bits.
+
+use crate::launch::Launch;
+use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
+use crate::pool::DeviceBuf;
+use crate::tma::{
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_name_glu, tma_smem,
+    tma_threads,
+};
+use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
+use cudarc::driver::LaunchConfig;
+use std::sync::atomic::Ordering;
+
+/// How a TMA launch of `rows` rows over weights of `tiles_128` 128-feature tiles and K = `cols`
+/// runs: the instance (`i` into `TMA_ROWS`, its `n` rows), the fold chunk `kc` and its
+/// `num_chunks`, chunks a split and splits, features a task and CTAs a cluster.
+pub(crate) struct TmaCall {
+    pub i: usize,
+    pub n: usize,
+    pub kc: usize,
+    pub num_chunks: usize,
+    pub per_split: usize,
+    pub splits: usize,
+    pub ft: usize,
+    pub cl: usize,
+}
+
+impl CudaBackend {
+    /// The plan of a TMA launch (`TmaCall`). A free choice: the fold is the same with any split,
+    /// and many rows keep whole K a block.
+    pub(crate) fn tma_call(&self, rows: usize, tiles_128: usize, cols: usize) -> TmaCall {
+        let i = self.tma.kernel(rows, tiles_128).0;
+        let n = TMA_ROWS[i];
+        let kc = self.fold_chunk(cols);
+        let num_chunks = cols.div_ceil(kc);
+        let per_split = if n <= 64 {
+            match self.tma.splits {
+                Some(s) => num_chunks.div_ceil(s.min(num_chunks)),
+                None if keeps_whole_k(rows, num_chunks, kc) => num_chunks,
+                None => {
+                    decode_split(tiles_128, num_chunks, kc / FOLD_SHORT_KC, self.tma.slots[i], rows, self.decode_fill)
+                }
+            }
+        } else {
+            num_chunks
+        };
+        let splits = num_chunks.div_ceil(per_split);
+        let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
+        // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
+        let cl = tma_cluster(self.tma.cluster.load(Ordering::Relaxed), n, ft, splits);
+        TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl }
+    }
+
+    /// `linear` of up to three weights of one input on the TMA kernels, `rounded` the input as
+    /// `round_bf16` makes it where the caller has it, the product added into the outputs with
+    /// `resid`.
+    pub(crate) fn linear_tma(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        outs: &mut [&mut CudaTensor],
+        rounded: Option<&DeviceBuf>,
+        resid: bool,
+    ) {
+        let rows = x.padded_rows;
+        let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
+        let cols = ws[0].cols;
+        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } = self.tma_call(rows, tiles_128, cols);
+        let features: usize = ws.iter().map(|w| w.rows).sum();
+        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
+        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
+        let own = rounded.is_none().then(|| self.rounded(x));
+        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
+        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n / cl);
+        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
+        let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
+        let grid =
+            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
+        let cfg = LaunchConfig {
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: (tma_threads(n), 1, 1),
+            shared_mem_bytes: tma_smem(n, ft) as u32,
+        };
+        // The last block of a tile folds a few rows' partials; more rows fold in a launch of
+        // their own, every element in parallel.
+        let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
+        // The counters are sized in 64-feature tiles (the mma.sync kernel's); a TMA tile is ft / 64.
+        let counters = if fold_apart { 0 } else { self.arrival_counters(tiles * ft / 64) };
+        // Weight i's map, output and features; a launch of fewer weights repeats the first map
+        // (never read: those weights have no features).
+        let seg = |i: usize| {
+            (wmaps.get(i).unwrap_or(&wmaps[0]), outs.get(i).map_or(0, |o| o.ptr()), ws.get(i).map_or(0, |w| w.rows))
+        };
+        let (m1, o1, n1) = seg(1);
+        let (m2, o2, n2) = seg(2);
+        // Both kernels take the outputs, then the rows and each weight's features.
+        let outputs = |l: Launch| {
+            l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
+        };
+        let l = Launch::new(self.kernel(&tma_name_cl(n, ft, kc, cl)), cfg)
+            .cluster(cl as u32)
+            .tensor_map(&xmap)
+            .tensor_map(&wmaps[0])
+            .tensor_map(m1)
+            .tensor_map(m2);
+        let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
+        // Without a fold launch, the kernel adds into a residual (`resid`); with one, the fold does.
+        let l = outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part_ptr).ptr(counters);
+        self.submit(l.i32((resid && !fold_apart) as i32).ptr(0));
+        if let Some(part) = part.filter(|_| fold_apart) {
+            let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
+            self.submit(outputs(l).i32(num_chunks as i32).i32(resid as i32));
+        }
+    }
+
+    /// silu(x · gateᵀ) · (x · upᵀ) into `out` as one TMA launch (the kernel's `glu`: a task's
+    /// warpgroups take the same 64 features of gate and of up), with the rounded copy the down
+    /// projection takes where `silu_mul` would write one: whole-K tasks store the SwiGLU of their
+    /// sums; split ones write both products' chunk partials, which the last block of a pair (up to
+    /// `TMA_FOLD_IN_KERNEL_ROWS` rows) or `fold_chunks_glu` folds and takes the SwiGLU of — silu_mul's
+    /// arithmetic on the folds `linear_multi` makes, so its bits. Where the launch `linear_multi`
+    /// would make of [gate, up] runs 128-feature tasks a CTA a cluster on at most
+    /// `TMA_GLU_MAX_ROWS` rows, and `PLUMB_CUDA_TMA_GLU` is not 0 (`set_tma_glu`); false where it
+    /// does not apply, and nothing ran.
+    pub(crate) fn linear_tma_glu(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        out: &mut CudaTensor,
+        rounded: Option<&DeviceBuf>,
+    ) -> bool {
+        let rows = x.padded_rows;
+        let same = (gate.ty, gate.rows, gate.cols, gate.row_bytes) == (up.ty, up.rows, up.cols, up.row_bytes);
+        let on = self.tma_glu.load(Ordering::Relaxed) && rows <= TMA_GLU_MAX_ROWS;
+        if !on || !self.tma.enabled || !gate.mma || !up.mma || !same || rows == 0 {
+            return false;
+        }
+        let (cols, n0) = (gate.cols, gate.rows);
+        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } =
+            self.tma_call(rows, 2 * n0.div_ceil(128), cols);
+        if ft != 128 || cl != 1 {
+            return false;
+        }
+        let own = rounded.is_none().then(|| self.rounded(x));
+        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
+        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n);
+        let gmap = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, 64);
+        let umap = bf16_tile_map(up.ptr, cols, n0, up.row_bytes, 64);
+        // A task is a pair of 64-feature tiles, one of gate and one of up.
+        let pairs = n0.div_ceil(64);
+        let tasks = rows.div_ceil(n) * pairs * splits;
+        let cfg = LaunchConfig {
+            grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
+            block_dim: (tma_threads(n), 1, 1),
+            shared_mem_bytes: (tma_smem(n, ft) + TMA_GLU_XCH_BYTES) as u32,
+        };
+        let part = (splits > 1).then(|| self.alloc(num_chunks * rows * 2 * n0 * 4));
+        let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
+        let counters = if fold_apart { 0 } else { self.arrival_counters(pairs) };
+        // As silu_mul: with tensor-core weights loaded, the rounded copy the down projection takes.
+        let round = self.mma_weights.load(Ordering::Relaxed) && n0.is_multiple_of(32);
+        let xb = round.then(|| self.alloc(rows * n0 * 2));
+        let xb_ptr = xb.as_ref().map_or(0, |b| b.ptr);
+        let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
+        let l = Launch::new(self.kernel(&tma_name_glu(n, kc)), cfg)
+            .tensor_map(&xmap)
+            .tensor_map(&gmap)
+            .tensor_map(&umap)
+            .tensor_map(&umap)
+            .ptr(out.ptr())
+            .ptr(0)
+            .ptr(0)
+            .i32(rows as i32)
+            .i32(n0 as i32)
+            .i32(n0 as i32)
+            .i32(0)
+            .i32(cols as i32)
+            .i32(per_split as i32)
+            .ptr(part_ptr)
+            .ptr(counters)
+            .i32(0);
+        self.submit(l.ptr(xb_ptr));
+        if fold_apart {
+            let l = Launch::new(self.kernel("fold_chunks_glu"), grid_1d(rows * n0)).ptr(part_ptr).ptr(out.ptr());
+            self.submit(l.ptr(xb_ptr).i32(rows as i32).i32(n0 as i32).i32(num_chunks as i32));
+        }
+        if let Some(buf) = xb {
+            self.keep_rounded(out, buf);
+        }
+        self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
