@@ -12,7 +12,10 @@
 # writes (plumb, gemm_8b, the test binaries). Each build compiles its kernels once before any
 # timed run. PACK=1 ends by packing OUT_DIR into OUT_DIR.tar (the device tool returns at most
 # eight files).
-# PHASES (default "tests gemm conc tg") picks phases ("long": tg64 at depth LONG_DEPTH, default
+# PHASES (default "tests gemm conc tg") picks phases ("gate": each setting's `plumb check --quick`
+# on a 4-layer Llama-3.2-1B-shape bf16 synth, /tmp/l1b, with a 16-bit KV cache, within
+# GATE_TIMEOUT seconds (default 300; the whole-model gate passed 120 s there in session 22);
+# "long": tg64 at depth LONG_DEPTH, default
 # 4,096; "profile": the kernels matching KERNELS, default attention, event-timed in one request's
 # decode and in a 2,048-token prefill, for a change smaller than an end-to-end run's spread); TESTS the test binaries (default
 # row_invariance fused conformance graphs); GEMM_MS and GEMM_SHAPES the GEMM rows and shapes; LEVELS the
@@ -52,6 +55,18 @@ if has tests; then
     done
 fi
 [ -n "${synth:-}" ] && { wait "$synth" || status=1; }
+if has gate; then
+    [ -e /tmp/l1b/config.json ] || "$B/plumb" synth --arch llama-3.2-1b --layers 4 /tmp/l1b >"$OUT/synth-l1b.log" 2>&1
+    for s in "${SET[@]}"; do
+        SECONDS=0
+        run_with "$s" timeout "${GATE_TIMEOUT:-300}" "$(bin_of "$s")/plumb" check --device cuda --kv-dtype f16 \
+            --model /tmp/l1b --quick --receipt "$OUT/check-$(tag_of "$s").json" >"$OUT/check-$(tag_of "$s").log" 2>&1
+        rc=$?
+        [ $rc = 0 ] || status=1
+        echo "[$(tag_of "$s")] plumb check --quick (l1b, f16 KV) rc=$rc ${SECONDS}s" >>"$L"
+        grep -E "^all:|residency|pass$|FAIL" "$OUT/check-$(tag_of "$s").log" | tail -4 >>"$L"
+    done
+fi
 # Every build compiles its kernels (NVRTC, about a minute the first time) before any timed run.
 if has conc || has tg || has long || has profile; then
     for d in $(for s in "${SET[@]}"; do bin_of "$s"; done | sort -u); do
