@@ -12,7 +12,8 @@
 # runs that setting's binaries from DIR instead of BIN_DIR). PART1, PART2: the halves of the xz
 # stream (the first copied out of the first call's tree, the second from this call's). TESTS
 # names test binaries to run under each build first (default none, e.g. "fused row_invariance").
-# ROUNDS defaults to 3. Writes OUT_DIR/ab.txt; exits non-zero when the model's checksum or a test
+# ROUNDS defaults to 3; KV the KV cache's type (default f16; f32 is plumb's default and takes the
+# f32 attention kernel). Writes OUT_DIR/ab.txt; exits non-zero when the model's checksum or a test
 # failed.
 set -u
 B=${1:?usage: ab-smol.sh BIN_DIR OUT_DIR PART1 PART2}
@@ -47,7 +48,7 @@ bench_rounds "pp512, tg128, depth 512" "${ROUNDS:-3}" --repetitions 3 --depth 51
 for s in "${SET[@]}"; do
     echo "## [$(tag_of "$s")] event-timed decode kernels (PLUMB_CUDA_PROFILE=decode)" >>"$L"
     run_with "$s" PLUMB_CUDA_PROFILE=decode timeout 60 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" \
-        --kv-dtype f16 --prompt-len 512 --gen-len 128 --depth 0 --repetitions 1 2>&1 |
+        --kv-dtype "${KV:-f16}" --prompt-len 512 --gen-len 128 --depth 0 --repetitions 1 2>&1 |
         grep -E "^[a-z_0-9]+ +[0-9]|CUDA profile" >>"$L"
 done
 cat "$L"

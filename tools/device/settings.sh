@@ -32,7 +32,8 @@ reversed() {
     local i
     for ((i = $#; i >= 1; i--)); do echo "${!i}"; done
 }
-# ROUNDS (the second argument) rounds of `plumb bench --device cuda --model $M --kv-dtype f16 ARGS`
+# ROUNDS (the second argument) rounds of `plumb bench --device cuda --model $M --kv-dtype $KV ARGS`
+# (KV: the KV cache's type, default f16)
 # under every setting of SET, each run's receipt in $OUT/bench-TAG-ROUND.json and its pp/tg lines
 # in $L under "## [TAG] TITLE (round N)"; each round takes the settings in the last one's order
 # reversed, so neither side always runs first.
@@ -43,7 +44,7 @@ bench_rounds() {
     for round in $(seq 1 "$rounds"); do
         for s in "${order[@]}"; do
             echo "## [$(tag_of "$s")] $title (round $round)" >>"$L"
-            run_with "$s" timeout 90 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" --kv-dtype f16 "$@" \
+            run_with "$s" timeout 90 "$(bin_of "$s")/plumb" bench --device cuda --model "$M" --kv-dtype "${KV:-f16}" "$@" \
                 --receipt "$OUT/bench-$(tag_of "$s")-$round.json" 2>&1 | grep -E "^(pp|tg)" >>"$L"
         done
         mapfile -t order < <(reversed "${order[@]}")
