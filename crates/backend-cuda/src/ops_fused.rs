@@ -123,10 +123,6 @@ impl CudaBackend {
             None if !glu => {
                 // Tensor-core weights: one TMA launch where its tasks keep whole K.
                 if self.linear_tma_glu(x, gate, up, out, None) {
-                    for w in [gate, up] {
-                        self.work
-                            .add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
-                    }
                     return;
                 }
                 return swiglu_apart(self, x, gate, up, out);

@@ -31,6 +31,42 @@ pub(crate) struct TmaCall {
     pub cl: usize,
 }
 
+/// The TMA kernels' arguments after their four tensor maps, in the kernels' order
+/// (kernels/linear_tma.cu): up to three outputs and their weights' features, the rows, K, chunks a
+/// split, the split's partials and arrival counters (0: none), the residual add, and where a GLU
+/// launch writes its rounded copy (0: none).
+struct TmaArgs {
+    outs: [u64; 3],
+    rows: usize,
+    features: [usize; 3],
+    cols: usize,
+    per_split: usize,
+    part: u64,
+    counters: u64,
+    resid: bool,
+    xb: u64,
+}
+
+impl TmaArgs {
+    fn push(&self, l: Launch) -> Launch {
+        let [o0, o1, o2] = self.outs;
+        let [n0, n1, n2] = self.features.map(|n| n as i32);
+        l.ptr(o0)
+            .ptr(o1)
+            .ptr(o2)
+            .i32(self.rows as i32)
+            .i32(n0)
+            .i32(n1)
+            .i32(n2)
+            .i32(self.cols as i32)
+            .i32(self.per_split as i32)
+            .ptr(self.part)
+            .ptr(self.counters)
+            .i32(self.resid as i32)
+            .ptr(self.xb)
+    }
+}
+
 impl CudaBackend {
     /// The plan of a TMA launch (`TmaCall`). A free choice: the fold is the same with any split,
     /// and many rows keep whole K a block.
@@ -109,10 +145,19 @@ impl CudaBackend {
             .tensor_map(&wmaps[0])
             .tensor_map(m1)
             .tensor_map(m2);
-        let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
         // Without a fold launch, the kernel adds into a residual (`resid`); with one, the fold does.
-        let l = outputs(l).i32(cols as i32).i32(per_split as i32).ptr(part_ptr).ptr(counters);
-        self.submit(l.i32((resid && !fold_apart) as i32).ptr(0));
+        let args = TmaArgs {
+            outs: [outs[0].ptr(), o1, o2],
+            rows,
+            features: [ws[0].rows, n1, n2],
+            cols,
+            per_split,
+            part: part.as_ref().map_or(0, |p| p.ptr),
+            counters,
+            resid: resid && !fold_apart,
+            xb: 0,
+        };
+        self.submit(args.push(l));
         if let Some(part) = part.filter(|_| fold_apart) {
             let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
             self.submit(outputs(l).i32(num_chunks as i32).i32(resid as i32));
@@ -173,20 +218,19 @@ impl CudaBackend {
             .tensor_map(&xmap)
             .tensor_map(&gmap)
             .tensor_map(&umap)
-            .tensor_map(&umap)
-            .ptr(out.ptr())
-            .ptr(0)
-            .ptr(0)
-            .i32(rows as i32)
-            .i32(n0 as i32)
-            .i32(n0 as i32)
-            .i32(0)
-            .i32(cols as i32)
-            .i32(per_split as i32)
-            .ptr(part_ptr)
-            .ptr(counters)
-            .i32(0);
-        self.submit(l.ptr(xb_ptr));
+            .tensor_map(&umap);
+        let args = TmaArgs {
+            outs: [out.ptr(), 0, 0],
+            rows,
+            features: [n0, n0, 0],
+            cols,
+            per_split,
+            part: part_ptr,
+            counters,
+            resid: false,
+            xb: xb_ptr,
+        };
+        self.submit(args.push(l));
         if fold_apart {
             let l = Launch::new(self.kernel("fold_chunks_glu"), grid_1d(rows * n0)).ptr(part_ptr).ptr(out.ptr());
             self.submit(l.ptr(xb_ptr).i32(rows as i32).i32(n0 as i32).i32(num_chunks as i32));
@@ -194,7 +238,36 @@ impl CudaBackend {
         if let Some(buf) = xb {
             self.keep_rounded(out, buf);
         }
+        for w in [gate, up] {
+            self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
+        }
         self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TmaArgs;
+    use crate::launch::test_launch;
+
+    #[test]
+    fn tma_args_go_in_the_kernels_order() {
+        // The order of kernels/linear_tma.cu's parameters after the maps, written out as the
+        // launches that ran on the GPU in session 22 wrote them.
+        let args = TmaArgs {
+            outs: [0x10, 0x20, 0x30],
+            rows: 8,
+            features: [576, 192, 64],
+            cols: 4096,
+            per_split: 2,
+            part: 0x40,
+            counters: 0x50,
+            resid: true,
+            xb: 0x60,
+        };
+        let want = test_launch(1, 4).ptr(0x10).ptr(0x20).ptr(0x30).i32(8).i32(576).i32(192).i32(64).i32(4096);
+        let want = want.i32(2).ptr(0x40).ptr(0x50).i32(1).ptr(0x60);
+        assert_eq!(args.push(test_launch(1, 4)).difference(&want), None);
     }
 }
