@@ -162,6 +162,10 @@ pub struct CudaBackend {
     /// (`attention_plan::attention_blocks`; `PLUMB_CUDA_ATT_WARP_BLOCKS=0`: 4-warp blocks; the same
     /// bits, for measuring).
     pub(crate) attention_warp_blocks: bool,
+    /// Whether the f32 attention kernel's split decode rows are folded by their last block to
+    /// finish (default) or by an `attention_merge` launch after it
+    /// (`PLUMB_CUDA_ATT_MERGE_LAUNCH=1`, for measuring). The same bits.
+    pub(crate) attention_merge_launch: bool,
     /// Whether a quantized model's gate|up and SwiGLU run as one launch (`linear_swiglu`;
     /// `PLUMB_CUDA_FUSE_SWIGLU=0` runs them apart, for measuring: the same bits).
     pub(crate) fuse_swiglu: bool,
@@ -358,6 +362,7 @@ impl CudaBackend {
             attention_mma: std::env::var("PLUMB_CUDA_ATT_MMA").ok().is_none_or(|v| v != "0"),
             attention_split_kv: std::env::var("PLUMB_CUDA_ATT_SPLIT").ok().is_none_or(|v| v != "0"),
             attention_warp_blocks: std::env::var("PLUMB_CUDA_ATT_WARP_BLOCKS").ok().is_none_or(|v| v != "0"),
+            attention_merge_launch: std::env::var("PLUMB_CUDA_ATT_MERGE_LAUNCH").is_ok_and(|v| v == "1"),
             fuse_swiglu: std::env::var("PLUMB_CUDA_FUSE_SWIGLU").ok().is_none_or(|v| v != "0"),
             fuse_norm: AtomicBool::new(std::env::var("PLUMB_CUDA_FUSE_NORM").is_ok_and(|v| v == "1")),
             fuse_residual: std::env::var("PLUMB_CUDA_FUSE_RESIDUAL").ok().is_none_or(|v| v != "0"),

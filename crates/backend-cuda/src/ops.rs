@@ -488,8 +488,12 @@ impl AttentionOps for CudaBackend {
             }
             return;
         }
-        self.submit(l);
-        if let (Some(part), Some(splits)) = (part, splits) {
+        // The f32 kernel's split rows: their last block folds them, or `attention_merge` after it.
+        let fold_in_kernel = splits.is_some() && !self.attention_merge_launch;
+        let arrivals =
+            if fold_in_kernel { self.arrival_counters(cfg.grid_dim.0 as usize * spec.num_kv_heads) } else { 0 };
+        self.submit(l.ptr(arrivals));
+        if let (Some(part), Some(splits), false) = (part, splits, fold_in_kernel) {
             let pairs = padded * num_heads;
             let cfg = LaunchConfig {
                 grid_dim: (pairs.div_ceil(4) as u32, 1, 1),

@@ -121,13 +121,14 @@ impl CudaBackend {
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 24] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 25] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
             ("attention_tensor_cores", self.attention_mma),
             ("attention_split_kv", self.attention_split_kv),
             ("attention_warp_blocks", self.attention_warp_blocks),
+            ("attention_merge_launch", self.attention_merge_launch),
             ("producers_round_bf16", self.norm_round),
             ("programmatic_dependent_launch", launch::pdl()),
             ("early_weight_reads", compile::early_weights()),

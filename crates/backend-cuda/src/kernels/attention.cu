@@ -23,9 +23,10 @@
 // the next K's the P·V). Each warp owns up to ATT_PAIRS (row, head) pairs and keeps their softmax
 // state in registers; a walk serves 4 * ATT_PAIRS pairs, and more pairs take more walks. Given
 // `part` (decode: one row per block), block z of the grid's third dimension takes split z only
-// and writes its (acc, m, l) there, and `attention_merge` folds each (row, head)'s splits in
-// order with the walk's arithmetic: the same bits, with a decode row's tiles walked by as many
-// blocks at once instead of one after another.
+// and writes its (acc, m, l) there, and the last of a row's split blocks to finish (`arrivals`;
+// without them `attention_merge`, a launch of its own) folds each (row, head)'s splits in order
+// with the walk's arithmetic (`merge_splits`): the same bits, with a decode row's tiles walked by
+// as many blocks at once instead of one after another.
 
 #define ATT_TILE 64
 #define ATT_SPLIT 64
@@ -79,13 +80,74 @@ __host__ __device__ constexpr int att_smem_bytes(int hd, int bytes) {
     return ATT_TILE * (hd * bytes + 16) + ATT_TILE * hd * bytes + 4 * 4 * ATT_PAIRS * hd;
 }
 
+// The index of flat element c (of rows of a multiple of 32 columns) in its k-permuted bf16 copy,
+// as round_bf16 lays it out (`kperm`).
+__device__ __forceinline__ u64 xb_index(u64 c) { return (c / 32) * 32 + kperm((int)(c % 32)); }
+
+// One (row, head) pair's `splits` split states (HD + 2 floats each, from `pr`) folded in split
+// order as the walk folds them, then out = total / l, at flat element `at` of out (and of its
+// rounded copy `xb`, when given): lane i of a warp takes dims i, i + 32, ... (head_dim <= 256).
+// Every dim's fold is its own chain, so which thread runs it changes no bit. The states are read
+// from L2 (`__ldcg`): another block of the same launch may have written them.
+__device__ __forceinline__ void merge_splits(const float* __restrict__ pr, int splits, int head_dim, int lane,
+                                             float* __restrict__ out, unsigned short* __restrict__ xb, u64 at) {
+    float m_tot = NEG_INF, l_tot = 0.0f, tot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int z = 0; z < splits; z++) {
+        const float* ps = pr + (u64)z * (head_dim + 2);
+        const float m_s = __ldcg(ps + head_dim), l_s = __ldcg(ps + head_dim + 1);
+        const float m = fmaxf(m_tot, m_s);
+        const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
+        l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (lane + 32 * i < head_dim)
+                tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(__ldcg(ps + lane + 32 * i), a_s));
+        m_tot = m;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (lane + 32 * i < head_dim) {
+            const float y = __fdiv_rn(tot[i], l_tot);
+            out[at + lane + 32 * i] = y;
+            if (xb) xb[xb_index(at + lane + 32 * i)] = (unsigned short)bf16_bits(y);
+        }
+}
+
+// The end of a split decode launch (either attention kernel): this block has written its splits'
+// states of rows r_begin..r_end; the last of the gridDim.z blocks of its (rows, KV head) to arrive
+// (`arrivals`, one counter per such block, zero between launches: the last resets it) folds every
+// split of those rows' pairs in order (`merge_splits`, attention_merge's arithmetic: the same
+// bits) and writes out, so no merge launch follows the attention.
+__device__ __noinline__ void att_fold_splits(const float* __restrict__ part, const u32* __restrict__ meta,
+                                             int num_heads, int group, int kv_head, int r_begin, int r_end,
+                                             int head_dim, int num_splits, int split_len, float* __restrict__ out,
+                                             unsigned short* __restrict__ xb, u32* arrivals) {
+    __shared__ u32 ticket;
+    __threadfence();  // this block's states, before its arrival
+    __syncthreads();
+    u32* count = arrivals + (u64)blockIdx.x * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) ticket = atomicAdd(count, 1u);
+    __syncthreads();
+    if (ticket != gridDim.z - 1) return;
+    __threadfence();  // every block's states, before reading them
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int p = warp; p < (r_end - r_begin) * group; p += warps) {
+        const int row = r_begin + p / group, pair = row * num_heads + kv_head * group + p % group;
+        const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
+        merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, xb,
+                     (u64)pair * head_dim);
+    }
+    if (threadIdx.x == 0) *count = 0;
+}
+
 // meta (u32): positions [num_rows], each row's offset of its block table [num_rows], tables.
 template <int HD, int ST>
 __device__ __forceinline__ void attention_body(const float* __restrict__ q, const u8* __restrict__ k_cache,
                                                const u8* __restrict__ v_cache, const u32* __restrict__ meta,
                                                int num_rows, int num_heads, int num_kv_heads, int block_size,
                                                float scale, float* __restrict__ out, int rows_per_block,
-                                               float* __restrict__ part, int num_splits) {
+                                               float* __restrict__ part, int num_splits, u32* __restrict__ arrivals) {
     constexpr int ND = HD / 32;
     constexpr int E = Kv<ST>::BYTES;
     constexpr int KS = HD * E + 16;  // bytes per staged K row
@@ -195,7 +257,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                     }
                     if ((t0 + ATT_TILE) % ATT_SPLIT == 0 || t0 + ATT_TILE >= ctx[i]) {
                         if (part) {
-                            // This split's state, for attention_merge.
+                            // This split's state, for the fold.
                             float* pr = part + (((u64)row[i] * num_heads + head[i]) * num_splits + blockIdx.z) * (HD + 2);
 #pragma unroll
                             for (int d = 0; d < ND; d++) pr[32 * d + lane] = acc_s[i][d];
@@ -230,15 +292,21 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
         }
         r0 = r1;
     }
+    // Given `arrivals`, the last of a row's split blocks folds the splits (no merge launch).
+    if (part && arrivals)
+        att_fold_splits(part, meta, num_heads, group, kv_head, blockIdx.x * rows_per_block, r_end, HD, num_splits,
+                        ATT_SPLIT, out, nullptr, arrivals);
 }
 
 #define ATTENTION_KERNEL(HD, NAME, ST)                                                                   \
     extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)                                            \
         attention_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,     \
                                 int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, \
-                                float* out, int rows_per_block, float* part, int num_splits) { PDL_ENTRY();              \
+                                float* out, int rows_per_block, float* part, int num_splits,                \
+                                u32* arrivals) {                                                            \
+        PDL_ENTRY();                                                                                        \
         attention_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,    \
-                               scale, out, rows_per_block, part, num_splits);                               \
+                               scale, out, rows_per_block, part, num_splits, arrivals);                     \
     }
 #define ATTENTION_KERNELS(HD)            \
     ATTENTION_KERNEL(HD, f32, KV_F32)   \

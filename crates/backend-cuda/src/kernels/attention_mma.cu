@@ -31,7 +31,7 @@
 // `part` (decode: one row per block), block z of the grid's third dimension takes walk z only
 // (`walk_len` positions, one or more whole splits) and writes each split's (acc, m, l) there,
 // starting each split afresh as a block of one split would; the last of those blocks to finish
-// folds the splits of each (row, head) in order with the same arithmetic (`atm_fold_splits`): the
+// folds the splits of each (row, head) in order with the same arithmetic (`att_fold_splits`): the
 // same bits either way, and no merge launch. Given `xb`, out is also written as round_bf16 makes
 // it (the copy the o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
@@ -125,67 +125,6 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
         cp_async16_at(vd + to, v_cache + at, true);
     }
     asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// The index of flat element c (of rows of a multiple of 32 columns) in its k-permuted bf16 copy,
-// as round_bf16 lays it out (`kperm`).
-__device__ __forceinline__ u64 xb_index(u64 c) { return (c / 32) * 32 + kperm((int)(c % 32)); }
-
-// One (row, head) pair's `splits` split states (HD + 2 floats each, from `pr`) folded in split
-// order as the walk folds them, then out = total / l, at flat element `at` of out (and of its
-// rounded copy `xb`, when given): lane i of a warp takes dims i, i + 32, ... (head_dim <= 256).
-// Every dim's fold is its own chain, so which thread runs it changes no bit. The states are read
-// from L2 (`__ldcg`): another block of the same launch may have written them.
-__device__ __forceinline__ void merge_splits(const float* __restrict__ pr, int splits, int head_dim, int lane,
-                                             float* __restrict__ out, unsigned short* __restrict__ xb, u64 at) {
-    float m_tot = NEG_INF, l_tot = 0.0f, tot[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-    for (int z = 0; z < splits; z++) {
-        const float* ps = pr + (u64)z * (head_dim + 2);
-        const float m_s = __ldcg(ps + head_dim), l_s = __ldcg(ps + head_dim + 1);
-        const float m = fmaxf(m_tot, m_s);
-        const float a_tot = expf(m_tot - m), a_s = expf(m_s - m);
-        l_tot = __fadd_rn(__fmul_rn(l_tot, a_tot), __fmul_rn(l_s, a_s));
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            if (lane + 32 * i < head_dim)
-                tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(__ldcg(ps + lane + 32 * i), a_s));
-        m_tot = m;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (lane + 32 * i < head_dim) {
-            const float y = __fdiv_rn(tot[i], l_tot);
-            out[at + lane + 32 * i] = y;
-            if (xb) xb[xb_index(at + lane + 32 * i)] = (unsigned short)bf16_bits(y);
-        }
-}
-
-// The end of a split decode launch of the tensor-core kernel: this block has written its split's
-// states of rows r_begin..r_end; the last of the gridDim.z blocks of its (rows, KV head) to arrive
-// (`arrivals`, one counter per such block, zero between launches: the last resets it) folds every
-// split of those rows' pairs in order (`merge_splits`, attention_merge's arithmetic: the same
-// bits) and writes out, so no merge launch follows the attention.
-__device__ __noinline__ void atm_fold_splits(const float* __restrict__ part, const u32* __restrict__ meta,
-                                             int num_heads, int group, int kv_head, int r_begin, int r_end,
-                                             int head_dim, int num_splits, int split_len, float* __restrict__ out,
-                                             unsigned short* __restrict__ xb, u32* arrivals) {
-    __shared__ u32 ticket;
-    __threadfence();  // this block's states, before its arrival
-    __syncthreads();
-    u32* count = arrivals + (u64)blockIdx.x * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0) ticket = atomicAdd(count, 1u);
-    __syncthreads();
-    if (ticket != gridDim.z - 1) return;
-    __threadfence();  // every block's states, before reading them
-    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int p = warp; p < (r_end - r_begin) * group; p += warps) {
-        const int row = r_begin + p / group, pair = row * num_heads + kv_head * group + p % group;
-        const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
-        merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, xb,
-                     (u64)pair * head_dim);
-    }
-    if (threadIdx.x == 0) *count = 0;
 }
 
 template <int HD, int ST>
@@ -443,7 +382,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         }
         r0 = r1;
     }
-    if (part) atm_fold_splits(part, meta, num_heads, group, kv_head, bx * rows_per_block, r_end, HD, num_splits,
+    if (part) att_fold_splits(part, meta, num_heads, group, kv_head, bx * rows_per_block, r_end, HD, num_splits,
                               split_len, out, xb, arrivals);
 }
 
@@ -467,7 +406,7 @@ ATTENTION_MMA_KERNELS(128)
 
 // The splits' states of each (row, head), folded in split order as the walk folds them
 // (`merge_splits`), for the f32 kernel (attention.cu), whose splits are ATT_SPLIT positions; the
-// tensor-core kernel folds its own (`atm_fold_splits`). One warp per (row, head).
+// tensor-core kernel folds its own (`att_fold_splits`). One warp per (row, head).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
                                            int num_heads, int head_dim, int num_splits, int split_len,
                                            float* __restrict__ out) {
