@@ -119,7 +119,8 @@ impl CudaBackend {
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
-    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`), for receipts: a
+    /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
+    /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
     pub fn kernel_choices(&self) -> [(&'static str, bool); 25] {
         [

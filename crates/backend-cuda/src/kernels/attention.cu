@@ -321,6 +321,22 @@ ATTENTION_KERNELS(192)
 ATTENTION_KERNELS(224)
 ATTENTION_KERNELS(256)
 
+// The splits' states of each (row, head), folded in split order as the walk folds them
+// (`merge_splits`), as a launch of its own after the f32 kernel: only with
+// PLUMB_CUDA_ATT_MERGE_LAUNCH=1, for measuring; by default the last split block folds them
+// (`att_fold_splits`), as the tensor-core kernel's always does. One warp per (row, head).
+extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
+                                           int num_heads, int head_dim, int num_splits, int split_len,
+                                           float* __restrict__ out) {
+    PDL_ENTRY();
+    const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (pair >= num_rows * num_heads) return;
+    const int row = pair / num_heads;
+    const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
+    merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, nullptr,
+                 (u64)pair * head_dim);
+}
+
 // `rope_qk` (elementwise.cu) of q and k, then `write_kv` of the rotated k and v, in one launch:
 // threads below q's pair count rotate a pair of q; the rest take a pair of dims (a, b) of one k
 // head — a rotated pair (the layout's, with rope_qk's arithmetic) or two of the dims past the

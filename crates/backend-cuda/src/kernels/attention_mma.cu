@@ -403,18 +403,3 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 ATTENTION_MMA_KERNELS(64)
 ATTENTION_MMA_KERNELS(96)
 ATTENTION_MMA_KERNELS(128)
-
-// The splits' states of each (row, head), folded in split order as the walk folds them
-// (`merge_splits`), for the f32 kernel (attention.cu), whose splits are ATT_SPLIT positions; the
-// tensor-core kernel folds its own (`att_fold_splits`). One warp per (row, head).
-extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
-                                           int num_heads, int head_dim, int num_splits, int split_len,
-                                           float* __restrict__ out) {
-    PDL_ENTRY();
-    const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (pair >= num_rows * num_heads) return;
-    const int row = pair / num_heads;
-    const int splits = ((int)meta[row] + split_len) / split_len;  // ceil((p + 1) / split_len)
-    merge_splits(part + (u64)pair * num_splits * (head_dim + 2), splits, head_dim, lane, out, nullptr,
-                 (u64)pair * head_dim);
-}
