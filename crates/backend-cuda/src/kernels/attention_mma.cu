@@ -275,14 +275,21 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
                         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
                         const float m_new = live[h] ? fmaxf(m_s[h], tmax[h]) : m_s[h];
-                        alpha[h] = live[h] ? expf(m_s[h] - m_new) : 1.0f;
+                        const float a = expf(m_s[h] - m_new);  // computed either way, as the e below
+                        alpha[h] = live[h] ? a : 1.0f;
                         m_s[h] = m_new;
 #pragma unroll
                         for (int j = 0; j < 8; j++)
 #pragma unroll
                             for (int cc = 0; cc < 2; cc++) {
                                 const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
-                                e[j][c] = pos < ctx[h] ? expf(e[j][c] - m_s[h]) : 0.0f;
+                                // Every position's exponential, then the mask: as `p ? expf(..) : 0`
+                                // the compiler branched around each expf (34 divergent regions a
+                                // tile, one after another); computed first, the 16 are independent
+                                // and overlap. A masked e is -inf, whatever its expf gives is dropped,
+                                // and a kept one is the same expf of the same operands: the same bits.
+                                const float x = expf(e[j][c] - m_s[h]);
+                                e[j][c] = pos < ctx[h] ? x : 0.0f;
                                 sum[h] = __fadd_rn(sum[h], e[j][c]);
                             }
                         sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 1));
