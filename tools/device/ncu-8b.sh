@@ -10,9 +10,12 @@
 # kernels, default 3,000; 160 match a 64-row step) and profiling COUNT (default 8) of them with the full section set,
 # clocks left alone (H200.md). Writes OUT_DIR/ncu.ncu-rep and its details page as text.
 # KERNELS is ncu's -k filter (default: the attention and the 64-row linear instances); CONC the
-# requests decoding at once (default 64). SKIP counts only the launches the filter matches: for
-# the one-request walk's stall reasons, CONC=1 KERNELS=regex:attention_mma SKIP=200 COUNT=4 (32
-# launches a step; the warm-up and the prompt take the first 96). The default model's LM head:
+# requests decoding at once (default 64). SKIP counts only the launches the filter matches. Before
+# the level's prompts `plumb bench` runs a warm-up round and two calibration rounds of one-token
+# prompts (~36 steps), so for the one-request walk at ~530 positions: CONC=1
+# KERNELS=regex:attention_mma SKIP=2000 COUNT=2 (32 launches a step; SKIP=200 lands in the
+# calibration, one tile a walk); its 8-row linears (129 a step): KERNELS=regex:linear_tma_bf16_n8
+# SKIP=7000 COUNT=5, one layer's q|k|v, o, gate|up and down. The default model's LM head:
 # CONC=1 KERNELS=regex:linear_split_q8_0 SKIP=40 COUNT=4 with /tmp/m/smollm2.gguf as MODEL_DIR (one launch
 # a step; the f16 KV cache as for the 8B).
 set -u
