@@ -54,7 +54,7 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 namespace emu {
 
-enum State { RUN, AT_BLOCK, AT_WARP, DONE };
+enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, DONE };
 
 struct Thread {
     void* sp;
@@ -62,6 +62,8 @@ struct Thread {
     uint3 tid;
     unsigned lin;       // linear index in the block
     unsigned mask;      // the warp mask it waits with (AT_WARP)
+    unsigned bar_id;    // the named barrier it waits at and the threads that barrier counts (AT_NAMED)
+    unsigned bar_count;
     unsigned exchanges; // shuffles and votes done: picks the warp's exchange buffer
 };
 
@@ -141,6 +143,19 @@ inline void yield() {
 
 inline void block_barrier() {
     g.cur->state = AT_BLOCK;
+    yield();
+}
+
+// `bar.sync id, count` (id 1..15): waits until `count` threads (whole warps) wait at barrier
+// `id`; id 0 with the block's thread count is `__syncthreads`.
+inline void named_barrier(unsigned id, unsigned count) {
+    if (id > 15) fail("bar.sync: a barrier id past 15");
+    if (count == 0 || count % 32 != 0 || count > g.num_threads) fail("bar.sync: a thread count that is not whole warps of the block");
+    if (id == 0 && count == g.num_threads) return block_barrier();
+    if (id == 0) fail("bar.sync: barrier 0 with fewer threads than the block's (__syncthreads' own)");
+    g.cur->bar_id = id;
+    g.cur->bar_count = count;
+    g.cur->state = AT_NAMED;
     yield();
 }
 

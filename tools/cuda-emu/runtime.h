@@ -89,6 +89,31 @@ inline bool open_barriers(unsigned n) {
         return true;
     }
     bool opened = false;
+    // A named barrier opens when as many threads wait at it as it counts (all naming one count).
+    for (unsigned id = 1; id < 16; id++) {
+        unsigned at = 0, count = 0;
+        for (unsigned i = 0; i < n; i++) {
+            const Thread& t = threads[i];
+            if (t.state != AT_NAMED || t.bar_id != id) continue;
+            if (count && t.bar_count != count) {
+                snprintf(message, sizeof message, "bar.sync %u: threads wait with counts %u and %u", id, count, t.bar_count);
+                g.error = message;
+                return false;
+            }
+            count = t.bar_count;
+            at++;
+        }
+        if (at && at >= count) {
+            if (at > count) {
+                snprintf(message, sizeof message, "bar.sync %u: %u threads wait at a barrier of %u", id, at, count);
+                g.error = message;
+                return false;
+            }
+            for (unsigned i = 0; i < n; i++)
+                if (threads[i].state == AT_NAMED && threads[i].bar_id == id) threads[i].state = RUN;
+            opened = true;
+        }
+    }
     for (unsigned w = 0; w * 32 < n; w++) {
         unsigned waiting = 0, need = 0, unfinished = 0;
         for (unsigned l = 0; l < 32 && w * 32 + l < n; l++) {
@@ -136,15 +161,17 @@ inline const char* run_block(unsigned n, bool reverse) {
             return nullptr;
         }
         if (!open_barriers(n)) {
-            unsigned at_block = 0, at_warp = 0;
+            if (g.error) return g.error;
+            unsigned at_block = 0, at_warp = 0, at_named = 0;
             for (unsigned i = 0; i < n; i++) {
                 at_block += threads[i].state == AT_BLOCK;
                 at_warp += threads[i].state == AT_WARP;
+                at_named += threads[i].state == AT_NAMED;
             }
             snprintf(message, sizeof message,
-                     "deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp barrier, the "
-                     "others have returned",
-                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp);
+                     "deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp barrier, %u at "
+                     "named barriers, the others have returned",
+                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp, at_named);
             return message;
         }
     }

@@ -108,6 +108,10 @@ def model(asm_text, outs, ins):
     if m:
         args = ", ".join(ops[int(i)] for i in m.groups()[1:])
         return f"emu::ldmatrix_x4({'true' if m.group(1) else 'false'}, {args})"
+    m = re.match(r"bar\.sync (%\d+|\d+),(%\d+|\d+);", tight)
+    if m:
+        id_, count = (ops[int(x[1:])] if x.startswith("%") else x for x in m.groups())
+        return f"emu::named_barrier((unsigned)({id_}), (unsigned)({count}))"
     if re.match(r"(cp\.async\.(commit_group|wait_group|wait_all)|griddepcontrol\.)", t):
         return "((void)0)"
     name = re.sub(r"[^\w.:%,\[\] {};-]", "", t)[:80]

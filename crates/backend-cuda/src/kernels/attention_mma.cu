@@ -35,7 +35,8 @@
 // same bits either way, and no merge launch. Given `xb`, out is also written as round_bf16 makes
 // it (the copy the o projection's tensor-core weight takes: no rounding launch). K and V tiles are staged by
 // cp.async into two buffers, the next tile's copy overlapping all of this tile's work (one block
-// barrier per tile), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
+// barrier per tile), by the warps that hold no pair of the walk where there are any (`atm_stagers`:
+// a decode row's group leaves three of four idle), rows padded by 16 bytes so ldmatrix reads hit distinct banks; each warp keeps
 // its q pieces in shared memory. A block may be one warp (decode rows, whose pairs fit one m16
 // tile, on many blocks: `attention_plan.rs`): it keeps one tile buffer, copying the next tile
 // after this one's work, so four or five blocks fit an SM and overlap each other's copies instead.
@@ -94,30 +95,35 @@ __host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces, int warps) 
 }
 
 // One cache tile of K and of V (positions t0..t0+63, clamped to `last`) of one KV head into
-// shared rows of `rs` bytes, 16-byte pieces issued by the whole block as one cp.async group. Each
-// position's slot (its byte offset in the cache) is found once, by one thread, into `slots` (the
-// block's ATT_TILE of them in shared memory), with shifts where the KV block size is a power of
-// two; the copies then read it from there: a position's 2 · HD / 16 pieces (and a lane's 32 in a
-// one-warp block) no longer each read the block table and redo the address. The caller's barrier
-// since the last staging makes `slots` free. Only where bytes land: no arithmetic of the form.
+// shared rows of `rs` bytes, 16-byte pieces issued by the block's staging threads (the last
+// `stagers` of the block, whole warps: `atm_stagers`) as one cp.async group. Each position's slot
+// (its byte offset in the cache) is found once, by one thread, into `slots` (the block's ATT_TILE
+// of them in shared memory), with shifts where the KV block size is a power of two; the copies
+// then read it from there: a position's 2 · HD / 16 pieces (and a lane's 32 in a one-warp block)
+// no longer each read the block table and redo the address. The caller's barrier since the last
+// staging makes `slots` free. Only where bytes land: no arithmetic of the form.
 template <int HD>
 __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u8* __restrict__ k_cache,
                                              const u8* __restrict__ v_cache, u64 row_stride, u64 base,
                                              const u32* __restrict__ table, int block_size, int t0, int last,
-                                             u64* slots) {
+                                             u64* slots, int stagers) {
     constexpr int PIECES = HD * 2 / 16;
     const bool pow2 = (block_size & (block_size - 1)) == 0;
     const int shift = __ffs(block_size) - 1;
-    for (int j = threadIdx.x; j < ATT_TILE; j += blockDim.x) {
+    const int me = (int)threadIdx.x - ((int)blockDim.x - stagers);  // this thread among the stagers
+    for (int j = me; j < ATT_TILE; j += stagers) {
         const int pos = min(t0 + j, last);
         const int blk = pow2 ? pos >> shift : pos / block_size;
         const int off = pow2 ? pos & (block_size - 1) : pos - blk * block_size;
         slots[j] = (((u64)table[blk] * (u64)block_size + (u64)off) * row_stride + base) * 2;
     }
-    __syncthreads();
+    if (stagers == (int)blockDim.x)
+        __syncthreads();
+    else  // named barrier 1: the stagers alone (the other warps are computing)
+        asm volatile("bar.sync 1, %0;\n" ::"r"(stagers) : "memory");
     const u32 kd = smem_addr(kdst), vd = smem_addr(vdst);
 #pragma unroll 4
-    for (int i = threadIdx.x; i < ATT_TILE * PIECES; i += blockDim.x) {
+    for (int i = me; i < ATT_TILE * PIECES; i += stagers) {
         const int j = i / PIECES, c = i % PIECES;
         const u64 at = slots[j] + 16 * c;
         const u32 to = j * rs + 16 * c;
@@ -125,6 +131,17 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
         cp_async16_at(vd + to, v_cache + at, true);
     }
     asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Threads that stage a walk of `pairs` (row, head) pairs' K/V tiles in a block of `warps`: the
+// warps that hold none of its pairs, when there are any, else the whole block. A decode row's GQA
+// group fills one warp's m16 tile at most and leaves the other three idle; the copies' ~260
+// instructions a tile then leave the one computing warp's chain, on which a one-request decode
+// walk spends ~1,150 instructions a tile at ~6 cycles each (Nsight Compute, session 24). Block-
+// uniform; only who issues the copies.
+__device__ __forceinline__ int atm_stagers(int pairs, int warps) {
+    const int busy = (pairs + ATM_M - 1) / ATM_M;
+    return (busy < warps ? warps - busy : warps) * 32;
 }
 
 template <int HD, int ST>
@@ -172,6 +189,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             const int t_begin = part ? (int)blockIdx.z * walk_len : 0;
             const int t_end = part ? min(ctx_max, t_begin + walk_len) : ctx_max;
             if (t_begin >= t_end) continue;  // block-uniform: no split z for these rows
+            // The warps past the walk's pairs stage its tiles (`atm_stagers`): the last `stagers` threads.
+            const int stagers = atm_stagers(p_end - p0, warps);
+            const bool stager = (int)threadIdx.x >= (int)blockDim.x - stagers;
 
             // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
             int ctx[2], row[2], head[2];
@@ -219,8 +239,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[n][c] = tot[n][c] = 0.0f;
 
-            atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
-                             t_begin, ctx_max - 1, slots);
+            if (stager)
+                atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
+                                 block_size, t_begin, ctx_max - 1, slots, stagers);
             for (int t0 = t_begin, it = 0; t0 < t_end; t0 += ATT_TILE, it++) {
                 asm volatile("cp.async.wait_group 0;\n" ::);
                 // This tile's K and V (and q's pieces) are in; every warp is done with the last tile,
@@ -229,10 +250,10 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 __syncthreads();
                 const u8* ks = kv_tiles + (bufs == 2 ? it & 1 : 0) * 2 * ATT_TILE * RS;
                 const u8* vs = ks + ATT_TILE * RS;
-                if (bufs == 2 && t0 + ATT_TILE < t_end) {
+                if (bufs == 2 && stager && t0 + ATT_TILE < t_end) {
                     u8* next = kv_tiles + ((it + 1) & 1) * 2 * ATT_TILE * RS;
                     atm_stage_kv<HD>(next, next + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table, block_size,
-                                     t0 + ATT_TILE, ctx_max - 1, slots);
+                                     t0 + ATT_TILE, ctx_max - 1, slots, stagers);
                 }
                 const bool live[2] = {t0 < ctx[0], t0 < ctx[1]};
                 const bool warp_live = __any_sync(0xffffffffu, live[0] || live[1]);
@@ -371,7 +392,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 if (bufs == 1 && t0 + ATT_TILE < t_end) {
                     __syncthreads();  // the one buffer is read; the next tile takes it
                     atm_stage_kv<HD>(kv_tiles, kv_tiles + ATT_TILE * RS, RS, k_cache, v_cache, stride, base, table,
-                                     block_size, t0 + ATT_TILE, ctx_max - 1, slots);
+                                     block_size, t0 + ATT_TILE, ctx_max - 1, slots, stagers);  // one warp: all
                 }
             }
 #pragma unroll
