@@ -6,6 +6,7 @@
 // recorded into a graph and replayed by cuGraphLaunch. NVRTC's "CUBIN" is a shared object that
 // translate.py builds with g++; cuModuleLoadData loads it. See prelude.h for the device side.
 #include <dlfcn.h>
+#include <link.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,6 +477,19 @@ CUresult cuModuleGetFunction(void** f, void* module, const char* name) {
     auto it = m->kernels.find(name);
     if (it == m->kernels.end()) return NOT_FOUND;
     *f = new Function{m, it->second};
+    return OK;
+}
+// A module's `__device__` variable: its address and size in the loaded object (device memory is
+// host memory here).
+CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, void* module, const char* name) {
+    Module* m = (Module*)module;
+    void* at = dlsym(m->lib, name);
+    if (!at) return NOT_FOUND;
+    Dl_info info;
+    const ElfW(Sym)* sym = nullptr;
+    if (!dladdr1(at, &info, (void**)&sym, RTLD_DL_SYMENT) || !sym) return NOT_FOUND;
+    if (dptr) *dptr = (CUdeviceptr)at;
+    if (bytes) *bytes = sym->st_size;
     return OK;
 }
 CUresult cuFuncSetAttribute(void* f, int attr, int v) {

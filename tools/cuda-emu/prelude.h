@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <type_traits>
 #include <utility>
@@ -84,8 +85,17 @@ struct Global {
     void** params;
     const char* error;
     bool reverse;  // a block's threads run last to first
+    unsigned long long grid_id;  // %gridid: this launch's number in the module
 };
 inline Global g;
+inline unsigned long long launches;  // launches so far (%gridid)
+
+// %globaltimer: the host's monotonic clock in nanoseconds.
+inline unsigned long long globaltimer() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
 
 // The dynamic shared memory of a block (`extern __shared__`), in this module's static storage so
 // that the 32-bit shared addresses of cp.async and ldmatrix reach it and the static `__shared__`

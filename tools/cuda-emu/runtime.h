@@ -198,6 +198,7 @@ extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], 
     g.call = k->call;
     g.fn = k->fn;
     g.params = params;
+    g.grid_id = ++launches;
     const unsigned long long blocks = (unsigned long long)grid[0] * grid[1] * grid[2];
     for (unsigned long long b = 0; b < blocks; b++) {
         const unsigned long long i = order & 1 ? blocks - 1 - b : b;

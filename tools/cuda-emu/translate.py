@@ -108,6 +108,10 @@ def model(asm_text, outs, ins):
     if m:
         args = ", ".join(ops[int(i)] for i in m.groups()[1:])
         return f"emu::ldmatrix_x4({'true' if m.group(1) else 'false'}, {args})"
+    m = re.match(r"mov\.u64 %0,%%(globaltimer|gridid);", tight)
+    if m and len(outs) == 1:
+        what = "emu::globaltimer()" if m.group(1) == "globaltimer" else "emu::g.grid_id"
+        return f"(void)(({outs[0]}) = {what})"
     m = re.match(r"bar\.sync (%\d+|\d+),(%\d+|\d+);", tight)
     if m:
         id_, count = (ops[int(x[1:])] if x.startswith("%") else x for x in m.groups())

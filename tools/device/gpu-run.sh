@@ -6,7 +6,7 @@
 #   tools/device/gpu-run.sh BIN_DIR OUT_DIR [MODEL.gguf]
 #
 # BIN_DIR holds `plumb` and the test binaries tools/device/stage.sh copies: the CUDA backend's
-# (compile, conformance, row_invariance, fused, graphs, pick, memory), the engine's GPU tests
+# (compile, conformance, row_invariance, fused, graphs, pick, memory, timeline), the engine's GPU tests
 # (lanes_parity_cuda, picks_cuda, drafts_cuda) and the server's (server_*, built to serve on the
 # GPU). Without MODEL (the default model's .gguf) only the backend's tests run.
 # PHASES (default "env tests parity check bench") picks phases;
@@ -57,7 +57,7 @@ fi
 
 if has tests; then
     phase tests
-    for t in compile conformance row_invariance fused graphs pick memory; do
+    for t in compile conformance row_invariance fused graphs pick memory timeline; do
         echo "-- $t"
         SECONDS=0
         if ! "$BIN/$t" --nocapture --test-threads 1; then status=1; echo "FAILED: $t"; fi

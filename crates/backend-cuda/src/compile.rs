@@ -29,6 +29,7 @@ pub const SOURCE: [&str; 12] = [
 /// behind the source's back, so each kernel's roundings are exactly the ones it spells out.
 /// `PLUMB_CUDA_EARLY_WEIGHTS=0` compiles the `linear` kernels to read weights only after waiting
 /// on the kernel before (dequant.cu, `PLUMB_LATE_WEIGHTS`), for measuring; the same bits either way.
+/// `PLUMB_CUDA_TIMELINE` compiles in the blocks' time stamps (`timeline.rs`; the same bits).
 fn options(arch: &str) -> Vec<String> {
     let mut opts = vec![
         format!("--gpu-architecture={arch}"),
@@ -38,6 +39,9 @@ fn options(arch: &str) -> Vec<String> {
     ];
     if !early_weights() {
         opts.push("-DPLUMB_LATE_WEIGHTS".into());
+    }
+    if crate::timeline::wanted() {
+        opts.push("-DPLUMB_TIMELINE".into());
     }
     opts
 }

@@ -30,6 +30,7 @@ mod profile;
 mod report;
 mod step;
 mod step_state;
+pub mod timeline;
 mod tma;
 mod transfer;
 mod weight;
@@ -276,6 +277,7 @@ impl CudaBackend {
         launch::set_pdl(major >= 9 && std::env::var("PLUMB_CUDA_PDL").ok().is_none_or(|v| v != "0"));
         let (image, kernels_cached) = compile::cubin(&arch)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image)).map_err(driver("loading the kernels"))?;
+        let timeline = timeline::Timeline::attach(&module, &stream)?;
         let mut kernels = HashMap::new();
         for name in kernel_names() {
             let f = module.load_function(&name).map_err(driver("finding a kernel"))?;
@@ -345,7 +347,7 @@ impl CudaBackend {
                 graphs.segment_ops =
                     number_setting("PLUMB_CUDA_GRAPH_SEGMENT", step::SEGMENT_OPS, "launches per graph (0: a step)")?;
                 graphs.ramp = std::env::var("PLUMB_CUDA_GRAPH_RAMP").ok().is_none_or(|v| v != "0");
-                step_state::State { profile: profiler, step_times, graphs, ..Default::default() }
+                step_state::State { profile: profiler, step_times, graphs, timeline, ..Default::default() }
             }),
             graphs_enabled: AtomicBool::new(graphs_enabled),
             picks_enabled: AtomicBool::new(std::env::var_os("PLUMB_CUDA_PICK").is_none_or(|v| v != "0")),
@@ -437,6 +439,10 @@ impl Drop for CudaBackend {
             if let Some(t) = st.step_times.as_mut() {
                 eprint!("{}", t.report());
                 eprint!("{}", profile::misses_report(&misses, &self.kernels));
+            }
+            if let Some(t) = st.timeline.as_ref() {
+                let names: Vec<&str> = self.kernels.keys().map(String::as_str).collect();
+                eprint!("{}", t.finish(&self.stream, &names));
             }
         }
     }

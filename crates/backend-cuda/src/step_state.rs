@@ -26,6 +26,8 @@ pub struct State {
     pub step_times: Option<crate::profile::StepTimer>,
     /// The bf16 copy `rms_norm` wrote of its output with it, while no launch has followed.
     pub rounded: Option<Rounded>,
+    /// The blocks' time stamps under `PLUMB_CUDA_TIMELINE` (`timeline`).
+    pub timeline: Option<crate::timeline::Timeline>,
 }
 
 /// A norm's output as `round_bf16` makes it, written by the norm kernel itself.
@@ -140,7 +142,7 @@ impl CudaBackend {
         self.flush_locked(&mut st);
     }
 
-    fn flush_locked(&self, st: &mut State) {
+    pub(crate) fn flush_locked(&self, st: &mut State) {
         self.submit_segment(st, true);
     }
 
@@ -186,6 +188,10 @@ impl CudaBackend {
         }
         if let Some(p) = st.profile.as_mut() {
             p.settle();
+        }
+        if let Some(t) = st.timeline.as_mut() {
+            // No capture is in progress here: the flag's copy is ordered among the launches.
+            t.begin_step(&self.stream, decode_bucket.is_some()).expect("CUDA timeline flag");
         }
         let (words, [ids, slots, logits, attn]) = step::pack(batch, padded, pad_block, kv.spec.block_size);
         let meta_bytes = meta_copy_bytes(words.len());

@@ -303,7 +303,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
         attention_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,     \
                                 int num_rows, int num_heads, int num_kv_heads, int block_size, float scale, \
                                 float* out, int rows_per_block, float* part, int num_splits,                \
-                                u32* arrivals) {                                                            \
+                                u32* arrivals) { TL_BLOCK();                                                            \
         PDL_ENTRY();                                                                                        \
         attention_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,    \
                                scale, out, rows_per_block, part, num_splits, arrivals);                     \
@@ -327,7 +327,7 @@ ATTENTION_KERNELS(256)
 // (`att_fold_splits`), as the tensor-core kernel's always does. One warp per (row, head).
 extern "C" __global__ void attention_merge(const float* __restrict__ part, const u32* __restrict__ meta, int num_rows,
                                            int num_heads, int head_dim, int num_splits, int split_len,
-                                           float* __restrict__ out) {
+                                           float* __restrict__ out) { TL_BLOCK();
     PDL_ENTRY();
     const int pair = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (pair >= num_rows * num_heads) return;
@@ -381,13 +381,13 @@ __device__ __forceinline__ void rope_write_kv_body(float* __restrict__ q, float*
 
 #define WRITE_KV_KERNEL(NAME, ST)                                                                          \
     extern "C" __global__ void write_kv_##NAME(const float* k, const float* v, const u32* slots, u8* k_cache, \
-                                               u8* v_cache, int num_rows, int len) { PDL_ENTRY();                       \
+                                               u8* v_cache, int num_rows, int len) { TL_BLOCK(); PDL_ENTRY();                       \
         write_kv_body<ST>(k, v, slots, k_cache, v_cache, num_rows, len);                                    \
     }                                                                                                     \
     extern "C" __global__ void rope_write_kv_##NAME(float* q, float* k, const float* v, const float* table,   \
                                                     const u32* slots, u8* k_cache, u8* v_cache, int num_rows, \
                                                     int half, int q_heads, int k_heads, int head_dim,         \
-                                                    int rotate_half) {                                        \
+                                                    int rotate_half) { TL_BLOCK();                                        \
         PDL_ENTRY();                                                                                      \
         rope_write_kv_body<ST>(q, k, v, table, slots, k_cache, v_cache, num_rows, half, q_heads, k_heads,  \
                                head_dim, rotate_half);                                                    \

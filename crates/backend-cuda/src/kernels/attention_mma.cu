@@ -419,7 +419,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         attention_mma_##HD##_##NAME(const float* q, const u8* k_cache, const u8* v_cache, const u32* meta,       \
                                     int num_rows, int num_heads, int num_kv_heads, int block_size, float scale,   \
                                     float* out, int rows_per_block, float* part, int num_splits, int split_len,   \
-                                    int walk_len, unsigned short* xb, u32* arrivals) {                            \
+                                    int walk_len, unsigned short* xb, u32* arrivals) { TL_BLOCK();                            \
         PDL_ENTRY();                                                                                             \
         attention_mma_body<HD, ST>(q, k_cache, v_cache, meta, num_rows, num_heads, num_kv_heads, block_size,      \
                                    scale, out, rows_per_block, part, num_splits, split_len, walk_len, xb,         \

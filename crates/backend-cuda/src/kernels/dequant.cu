@@ -41,6 +41,51 @@ typedef unsigned long long u64;
         PDL_LAUNCH(); \
     } while (0)
 
+// PLUMB_TIMELINE (compiled in by PLUMB_CUDA_TIMELINE, `timeline.rs`): TL_BLOCK, the first statement
+// of every kernel, stamps each block with the global nanosecond timer as its thread 0 starts and
+// ends, and while the host has `plumb_tl_on` set appends (launch's %gridid, a hash of the kernel's
+// name and the block's index, start, end) to `plumb_tl`: the kernels' times inside CUDA graphs,
+// PDL's overlap included, which events (profile.rs) cannot see. Only thread 0 of a block writes;
+// no kernel's arithmetic changes. Compiled away otherwise.
+#ifdef PLUMB_TIMELINE
+#define TL_CAP (1u << 20)
+__device__ u64 plumb_tl[4 * (u64)TL_CAP];
+__device__ u32 plumb_tl_n;
+__device__ u32 plumb_tl_on;
+__device__ __forceinline__ u64 tl_clock() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct TlBlock {
+    u64 t0;
+    const char* name;
+    __device__ explicit TlBlock(const char* n) : t0(tl_clock()), name(n) {}
+    __device__ ~TlBlock() {
+        if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
+        if (*(volatile u32*)&plumb_tl_on == 0) return;
+        const u64 t1 = tl_clock();
+        u64 grid;
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+        u32 h = 2166136261u;  // FNV-1a of the name, as timeline.rs hashes the kernels' names
+        for (const char* c = name; *c; c++) h = (h ^ (u32)(u8)*c) * 16777619u;
+        const u32 i = atomicAdd(&plumb_tl_n, 1u);
+        if (i < TL_CAP) {
+            u64* r = plumb_tl + 4 * (u64)i;
+            r[0] = grid;
+            r[1] = (u64)h << 32 | (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+            r[2] = t0;
+            r[3] = t1;
+        }
+    }
+};
+#define TL_BLOCK() TlBlock tl_block_(__func__)
+#else
+#define TL_BLOCK() \
+    do {           \
+    } while (0)
+#endif
+
 #define TY_F32 0
 #define TY_F16 1
 #define TY_Q4_0 2

@@ -130,32 +130,32 @@ __device__ __forceinline__ void rms_norm_entry(float* x, const float* __restrict
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
-    rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) {
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out, int cols) { TL_BLOCK();
     rms_norm_entry(const_cast<float*>(x), nullptr, w, eps, out, cols, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     rms_norm_bf16(const float* __restrict__ x, const float* __restrict__ w, float eps, float* __restrict__ out,
-                  int cols, unsigned short* __restrict__ xb) {
+                  int cols, unsigned short* __restrict__ xb) { TL_BLOCK();
     rms_norm_entry(const_cast<float*>(x), nullptr, w, eps, out, cols, xb);
 }
 
 // acc[n, :] += d[n, :], then out[n, :] = rms_norm(acc[n, :]) (`xb`, when not null, as in rms_norm_bf16).
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
     add_rms_norm(float* acc, const float* __restrict__ d, const float* __restrict__ w, float eps,
-                 float* __restrict__ out, int cols, unsigned short* __restrict__ xb) {
+                 float* __restrict__ out, int cols, unsigned short* __restrict__ xb) { TL_BLOCK();
     rms_norm_entry(acc, d, w, eps, out, cols, xb);
 }
 
 // acc += x.
-extern "C" __global__ void add(float* __restrict__ acc, const float* __restrict__ x, u64 n) {
+extern "C" __global__ void add(float* __restrict__ acc, const float* __restrict__ x, u64 n) { TL_BLOCK();
     PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) acc[i] = __fadd_rn(acc[i], x[i]);
 }
 
 // x[n, j] += bias[j].
-extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ bias, u64 n, int cols) {
+extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ bias, u64 n, int cols) { TL_BLOCK();
     PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], bias[i % cols]);
@@ -163,7 +163,7 @@ extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restri
 
 // out = gate / (1 + e^-gate) * up.
 extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up,
-                                    float* __restrict__ out, u64 n) {
+                                    float* __restrict__ out, u64 n) { TL_BLOCK();
     PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
@@ -175,7 +175,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
 // silu_mul that also writes its output as round_bf16 makes it (rows of a multiple of 32 columns,
 // so the flat index's groups of 32 are the rows' own): the copy the down projection takes.
 extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const float* __restrict__ up,
-                                         float* __restrict__ out, u64 n, unsigned short* __restrict__ xb) {
+                                         float* __restrict__ out, u64 n, unsigned short* __restrict__ xb) { TL_BLOCK();
     PDL_ENTRY();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
@@ -190,7 +190,7 @@ extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gate, const f
 // Rotates adjacent pairs (x[2i], x[2i+1]) of each head by the row's (cos, sin) table
 // ([num_rows, 2 * half]: cos then sin). One thread per (row, head, pair).
 extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__ table, int num_rows, int cols,
-                                int half, int num_heads, int head_dim) {
+                                int half, int num_heads, int head_dim) { TL_BLOCK();
     PDL_ENTRY();
     u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)num_rows * num_heads * half) return;
@@ -207,7 +207,7 @@ extern "C" __global__ void rope(float* __restrict__ x, const float* __restrict__
 
 // Rotate-half RoPE (the Hugging Face layout): pairs (x[i], x[i + half]) of each head.
 extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* __restrict__ table, int num_rows,
-                                            int cols, int half, int num_heads, int head_dim) {
+                                            int cols, int half, int num_heads, int head_dim) { TL_BLOCK();
     PDL_ENTRY();
     u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)num_rows * num_heads * half) return;
@@ -226,7 +226,7 @@ extern "C" __global__ void rope_rotate_half(float* __restrict__ x, const float* 
 // launch: threads below q's pair count rotate q, the rest k, each with its layout's arithmetic
 // above (so the bits of the two launches apart). q: [num_rows, q_heads · head_dim], k likewise.
 extern "C" __global__ void rope_qk(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ table,
-                                   int num_rows, int half, int q_heads, int k_heads, int head_dim, int rotate_half) {
+                                   int num_rows, int half, int q_heads, int k_heads, int head_dim, int rotate_half) { TL_BLOCK();
     PDL_ENTRY();
     u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 nq = (u64)num_rows * q_heads * half;
@@ -257,7 +257,7 @@ extern "C" __global__ void rope_qk(float* __restrict__ q, float* __restrict__ k,
 
 // out[i, :] = x[rows[i], :]. One block per output row.
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
-                                       float* __restrict__ out, int cols) {
+                                       float* __restrict__ out, int cols) { TL_BLOCK();
     PDL_ENTRY();
     const float* src = x + (u64)rows[blockIdx.x] * cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(u64)blockIdx.x * cols + j] = src[j];

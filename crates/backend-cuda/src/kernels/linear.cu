@@ -424,7 +424,7 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         linear_##NAME(const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out,       \
                       float* out1, float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged,     \
                       int glu, const float* nw, float eps, int resid, const float* rope_table,                \
-                      const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, int rope_half, int head_dim) {    \
+                      const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, int rope_half, int head_dim) { TL_BLOCK();    \
         PDL_ENTRY();                                                                                          \
         /* the split kernel's switches (both take one argument list): never set for this one */              \
         (void)staged; (void)glu; (void)nw; (void)eps; (void)rope_table; (void)kv_slots; (void)k_cache;        \
@@ -436,18 +436,18 @@ __device__ __forceinline__ void embed_body(const u32* __restrict__ ids, const u8
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int staged, int glu, const float* nw,  \
         float eps, int resid, const float* rope_table, const u32* kv_slots, u8* k_cache, u8* v_cache, int kv_st, \
-        int rope_half, int head_dim) { PDL_LAUNCH();                                                          \
+        int rope_half, int head_dim) { TL_BLOCK(); PDL_LAUNCH();                                                          \
         LINEAR_SEGS(LIN_SPLIT_FEAT) /* the body waits (PDL_WAIT) once its first weight bytes are asked for */ \
         const QkvRope rk{rope_table, kv_slots, k_cache, v_cache, kv_st, rope_half, head_dim};                 \
         linear_split_body<TY>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, staged, glu ? w1 : nullptr, nw, \
                               eps, resid, sg.s, rk);                                                          \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(LIN_WIDE_WARPS * 32) linear_wide_##NAME(                   \
-        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in, int resid) { \
+        const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in, int resid) { TL_BLOCK(); \
         PDL_LAUNCH(); /* the body waits (PDL_WAIT) once its weight rows are asked for */                      \
         linear_wide_body<TY>(x, w, row_bytes, out, num_rows, n_out, k_in, resid);                            \
     }                                                                                                         \
-    extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { PDL_ENTRY(); \
+    extern "C" __global__ void embed_##NAME(const u32* ids, const u8* table, u64 row_bytes, float* out, int cols) { TL_BLOCK(); PDL_ENTRY(); \
         embed_body<TY>(ids, table, row_bytes, out, cols);                                                     \
     }
 

@@ -36,7 +36,7 @@ __device__ __forceinline__ int kperm(int k) {
 
 // The activations as the products take them, k-permuted: group i of 32 (one thread each; rows
 // are whole groups) of x rounded to bf16, word j = 4t + c stored at word 4c + t.
-extern "C" __global__ void round_bf16(const float* __restrict__ x, u32* __restrict__ xb, u64 n32) {
+extern "C" __global__ void round_bf16(const float* __restrict__ x, u32* __restrict__ xb, u64 n32) { TL_BLOCK();
     PDL_ENTRY();
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n32) return;
@@ -55,7 +55,7 @@ extern "C" __global__ void round_bf16(const float* __restrict__ x, u32* __restri
 
 // Elements k of a k-permuted bf16 row (the embedding of a table the tensor cores also read).
 extern "C" __global__ void embed_bf16_kperm(const u32* __restrict__ ids, const u8* __restrict__ table, u64 row_bytes,
-                                            float* __restrict__ out, int cols) {
+                                            float* __restrict__ out, int cols) { TL_BLOCK();
     PDL_ENTRY();
     const unsigned short* row = (const unsigned short*)(table + (u64)ids[blockIdx.x] * row_bytes);
     for (int k = threadIdx.x; k < cols; k += blockDim.x)
@@ -239,7 +239,7 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
 extern "C" __global__ void __launch_bounds__(128, 1)
     linear_mma_decode_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
                            int num_rows, int n_out, int k_in, int kc, int chunks_per_split,
-                           float* __restrict__ part, u32* __restrict__ counters) {
+                           float* __restrict__ part, u32* __restrict__ counters) { TL_BLOCK();
     PDL_ENTRY();
     linear_mma_decode<1>(x, w, row_bytes, out, num_rows, n_out, k_in, kc, chunks_per_split, part, counters);
 }
@@ -247,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
 extern "C" __global__ void __launch_bounds__(256, 1)
     linear_mma_decode_wide_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes,
                                 float* __restrict__ out, int num_rows, int n_out, int k_in, int kc,
-                                int chunks_per_split, float* __restrict__ part, u32* __restrict__ counters) {
+                                int chunks_per_split, float* __restrict__ part, u32* __restrict__ counters) { TL_BLOCK();
     PDL_ENTRY();
     linear_mma_decode<2>(x, w, row_bytes, out, num_rows, n_out, k_in, kc, chunks_per_split, part, counters);
 }

@@ -49,7 +49,7 @@ __device__ __forceinline__ float q8_float(u32 u, int e) {
 
 extern "C" __global__ void __launch_bounds__(LIN_REPLAY_FEAT)
     linear_replay_q8_0(const float* x, const u8* w, u64 row_bytes, float* out, int num_rows, int n_out, int k_in,
-                       int resid) {
+                       int resid) { TL_BLOCK();
     PDL_LAUNCH();  // the wait (PDL_WAIT) follows the weight copies
     extern __shared__ __align__(16) u8 replay_smem[];
     const int t = threadIdx.x;

@@ -228,7 +228,7 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
     extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 1) linear_tile_##NAME(                   \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid, float* part,                \
-        u32* counters) {                                                                                      \
+        u32* counters) { TL_BLOCK();                                                                                      \
         PDL_ENTRY();                                                                                          \
         LINEAR_SEGS(TILE_N)                                                                                   \
         linear_tile_body<TY, 4>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid, part, counters);       \
@@ -236,7 +236,7 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
     extern "C" __global__ void __launch_bounds__(LIN_TILE_THREADS, 2) linear_tile32_##NAME(                 \
         const float* x, const u8* w, const u8* w1, const u8* w2, u64 row_bytes, float* out, float* out1,      \
         float* out2, int num_rows, int n_out, int n1, int n2, int k_in, int resid, float* part,                \
-        u32* counters) {                                                                                      \
+        u32* counters) { TL_BLOCK();                                                                                      \
         PDL_ENTRY();                                                                                          \
         LINEAR_SEGS(TILE_N)                                                                                   \
         linear_tile_body<TY, 2>(x, ws, row_bytes, os, num_rows, ns, k_in, sg.u, resid, part, counters);       \

@@ -465,7 +465,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 // output element: the left fold the unsplit kernels keep in registers (added into the output with
 // `resid`, as `linear_tma` does).
 extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* out0, float* out1, float* out2,
-                                       int num_rows, int n0, int n1, int n2, int num_chunks, int resid) {
+                                       int num_rows, int n0, int n1, int n2, int num_chunks, int resid) { TL_BLOCK();
     PDL_ENTRY();
     const u64 n_all = (u64)(n0 + n1 + n2), i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)num_rows * n_all) return;
@@ -477,7 +477,7 @@ extern "C" __global__ void fold_chunks(const float* __restrict__ part, float* ou
 
 // A split GLU launch's fold of more rows than its last blocks fold: one thread per element.
 extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float* out,
-                                           unsigned short* __restrict__ xb, int num_rows, int n0, int num_chunks) {
+                                           unsigned short* __restrict__ xb, int num_rows, int n0, int num_chunks) { TL_BLOCK();
     PDL_ENTRY();
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)num_rows * n0) return;
@@ -494,7 +494,7 @@ extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb) {                                  \
+        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb) { TL_BLOCK();                                  \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
         linear_tma<N, FT, SPC, CL, GLU>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,     \
                                         chunks_per_split, part, counters, resid, xb);                              \

@@ -53,7 +53,7 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], u64 da, u64 db) {
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     linear_wgmma_bf16(const u8* __restrict__ x, const u8* __restrict__ w, u64 row_bytes, float* __restrict__ out,
-                      int num_rows, int n_out, int k_in, int kc) {
+                      int num_rows, int n_out, int k_in, int kc) { TL_BLOCK();
     PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) u8 smem[];

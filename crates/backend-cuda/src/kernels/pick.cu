@@ -30,7 +30,7 @@ __device__ __forceinline__ unsigned pick_index(u64 p) {
 // One thread per edit; an edit is 9 words: row, token, has_bias, bias, repeated, count, then the
 // row's repetition, frequency and presence penalties (float bits). The sampler's float32 order;
 // a NaN result is the canonical 0x7FC00000, as on the host.
-extern "C" __global__ void apply_logit_edits(float* __restrict__ logits, const unsigned* __restrict__ e, int n, int cols) {
+extern "C" __global__ void apply_logit_edits(float* __restrict__ logits, const unsigned* __restrict__ e, int n, int cols) { TL_BLOCK();
     PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -63,7 +63,7 @@ __device__ u64 block_max_u64(u64 v) {
 
 // out[b] = the argmax of row rows[b]. A NaN at index 0 wins (nothing is `>` it).
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
-    pick_argmax(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, unsigned* __restrict__ out) {
+    pick_argmax(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, unsigned* __restrict__ out) { TL_BLOCK();
     PDL_ENTRY();
     const float* r = logits + (u64)rows[blockIdx.x] * cols;
     u64 best = 0;
@@ -134,7 +134,7 @@ __device__ void top_k_of_row(const float* __restrict__ r, int cols, unsigned k, 
 extern "C" __global__ void __launch_bounds__(PICK_THREADS) pick_top_k(const float* __restrict__ logits,
                                                                       const unsigned* __restrict__ rows,
                                                                       const unsigned* __restrict__ ks, int cols,
-                                                                      unsigned* __restrict__ out) {
+                                                                      unsigned* __restrict__ out) { TL_BLOCK();
     PDL_ENTRY();
     const float* r = logits + (u64)rows[blockIdx.x] * cols;
     const unsigned k = min(min(ks[blockIdx.x], (unsigned)cols), (unsigned)PICK_MAX_K);
@@ -165,7 +165,7 @@ __device__ double block_reduce_f64(double v, int op) {
 // and −0 equal, NaN last, ties by lower index — the argmax key). A function of the row alone.
 extern "C" __global__ void __launch_bounds__(PICK_THREADS) row_logprobs(const float* __restrict__ logits,
                                                                         const unsigned* __restrict__ meta, int cols,
-                                                                        unsigned* __restrict__ out) {
+                                                                        unsigned* __restrict__ out) { TL_BLOCK();
     PDL_ENTRY();
     const unsigned* m = meta + 3 * (u64)blockIdx.x;
     const float* r = logits + (u64)m[0] * cols;
