@@ -56,10 +56,14 @@ cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/
     "$(dirname "$0")"/seed-kernels.sh "$DEST/"
 # With NVRTC_LIB_DIR (the lib folder of the PyPI wheel nvidia-cuda-nvrtc at the GPU machine's
 # version), the kernels are compiled here into DEST/kernels, which seed-kernels.sh puts into the
-# GPU machine's kernel cache.
+# GPU machine's kernel cache; with TIMELINE=1 also the time-stamped build `PLUMB_CUDA_TIMELINE`
+# compiles (its own cache key), which the `timeline` test and timeline runs load.
 if [ -n "${NVRTC_LIB_DIR:-}" ]; then
     cargo build --profile "$PROFILE" -p plumb-backend-cuda --example precompile
     LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST "$target/$PROFILE/examples/precompile" sm_90a
+    if [ "${TIMELINE:-0}" = 1 ]; then
+        LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST PLUMB_CUDA_TIMELINE=1 "$target/$PROFILE/examples/precompile" sm_90a
+    fi
 fi
 tar -C "$DEST" -cf - . | xz -T2 -3 >"$DEST.tar.xz"
 ls -la "$DEST" "$DEST.tar.xz"
