@@ -151,8 +151,8 @@ impl Timeline {
             Ok(r) => r,
             Err(e) => return format!("CUDA timeline: not read ({e})\n"),
         };
-        let by_hash: HashMap<u32, &str> = names.iter().map(|n| (name_hash(n), *n)).collect();
-        let name = |h: u32| by_hash.get(&h).copied().unwrap_or("?");
+        let names = by_hash(names);
+        let name = |h: u32| names.get(&h).copied().unwrap_or("?");
         let mut out = String::new();
         if let Some(path) = &self.path {
             let mut csv = String::from("grid,kernel,block,start_ns,end_ns\n");
@@ -171,8 +171,13 @@ impl Timeline {
         if lost > 0 {
             let _ = writeln!(out, "CUDA timeline: {lost} more blocks did not fit its {CAP}");
         }
-        out + &summary(&stamps, &by_hash)
+        out + &summary(&stamps, &names)
     }
+}
+
+/// Kernel names by `name_hash`.
+fn by_hash<'a>(names: &[&'a str]) -> HashMap<u32, &'a str> {
+    names.iter().map(|n| (name_hash(n), *n)).collect()
 }
 
 /// Launches per kernel with their mean span (first block's start to last block's end), widest
@@ -209,21 +214,6 @@ pub fn summary(stamps: &[BlockStamp], names: &HashMap<u32, &str>) -> String {
 }
 
 impl crate::CudaBackend {
-    /// Under `PLUMB_CUDA_TIMELINE`, turns the recording of blocks on or off for what is launched
-    /// after this, whatever the step count (`Timeline::begin_step` may turn it again).
-    pub fn timeline_recording(&self, on: bool) -> Result<(), CudaError> {
-        let mut st = self.lock_state();
-        self.flush_locked(&mut st);
-        match st.timeline.as_ref() {
-            Some(t) => t.set_recording(&self.stream, on).map_err(crate::driver("setting the timeline's flag")),
-            None => Err(CudaError::BadSetting {
-                name: "PLUMB_CUDA_TIMELINE",
-                value: String::new(),
-                expected: "a file name (the backend was made without it)",
-            }),
-        }
-    }
-
     /// Under `PLUMB_CUDA_TIMELINE`, every block recorded so far (after the queued work is done).
     pub fn timeline_stamps(&self) -> Result<Vec<BlockStamp>, CudaError> {
         let mut st = self.lock_state();
@@ -233,15 +223,13 @@ impl crate::CudaBackend {
             None => Ok(Vec::new()),
         }
     }
-}
 
-impl crate::CudaBackend {
     /// Under `PLUMB_CUDA_TIMELINE`, the summary per kernel of what was recorded so far (the one
     /// printed when the backend is dropped).
     pub fn timeline_summary(&self) -> Result<String, CudaError> {
         let stamps = self.timeline_stamps()?;
-        let names: HashMap<u32, &str> = self.kernels.keys().map(|n| (name_hash(n), n.as_str())).collect();
-        Ok(summary(&stamps, &names))
+        let names: Vec<&str> = self.kernels.keys().map(String::as_str).collect();
+        Ok(summary(&stamps, &by_hash(&names)))
     }
 }
 
