@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -45,7 +46,8 @@ struct EmuKernel {
     const unsigned* sizes;
 };
 typedef const EmuKernel* (*KernelsFn)(int*);
-typedef const char* (*LaunchFn)(const EmuKernel*, const unsigned*, const unsigned*, unsigned, void**, unsigned);
+typedef const char* (*LaunchFn)(const EmuKernel*, const unsigned*, const unsigned*, unsigned, void**, unsigned,
+                                unsigned long long);
 
 // A module's kernels share its statics (the `__shared__` variables, the scheduler): one launch
 // at a time runs in it. Each load of a module is a copy of its own, so backends on different
@@ -68,6 +70,7 @@ struct Node {
     Function* f = nullptr;
     unsigned grid[3] = {}, block[3] = {}, smem = 0;
     std::vector<std::vector<unsigned char>> args;
+    unsigned long long grid_id = 0;  // given at instantiation
     void* dst = nullptr;
     const void* src = nullptr;
     size_t n = 0;
@@ -110,14 +113,19 @@ Stream* stream_of(void* s) {
     return s ? (Stream*)s : &default_stream;
 }
 
-CUresult run(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, void** params) {
+// %gridid: each launch a new number, except that a graph's kernel node keeps the one it was
+// given when the graph was instantiated, on every replay (as a GPU does).
+std::atomic<unsigned long long> grid_ids{0};
+
+CUresult run(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, void** params,
+             unsigned long long grid_id = 0) {
     if ((int)smem > f->max_dynamic_smem) {
         fprintf(stderr, "cuda-emu: %s asks for %u bytes of dynamic shared memory, %d allowed\n", f->kernel->name, smem,
                 f->max_dynamic_smem);
         return INVALID_VALUE;
     }
     std::lock_guard<std::mutex> g(f->module->running);
-    const char* err = f->module->launch(f->kernel, grid, block, smem, params, order());
+    const char* err = f->module->launch(f->kernel, grid, block, smem, params, order(), grid_id ? grid_id : ++grid_ids);
     if (err) {
         fprintf(stderr, "cuda-emu: %s (grid %u,%u,%u, block %u,%u,%u): %s\n", f->kernel->name, grid[0], grid[1],
                 grid[2], block[0], block[1], block[2], err);
@@ -402,7 +410,10 @@ CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { return cuEventElap
 
 // ---- graphs ----
 CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
-    *exec = new Graph(*(Graph*)graph);
+    Graph* g = new Graph(*(Graph*)graph);
+    for (Node& n : g->nodes)
+        if (n.kind == Node::KERNEL) n.grid_id = ++grid_ids;
+    *exec = g;
     return OK;
 }
 CUresult cuGraphLaunch(void* exec, void* stream) {
@@ -412,7 +423,7 @@ CUresult cuGraphLaunch(void* exec, void* stream) {
         if (n.kind == Node::KERNEL) {
             std::vector<void*> params;
             for (auto& a : n.args) params.push_back(a.data());
-            r = run(n.f, n.grid, n.block, n.smem, params.data());
+            r = run(n.f, n.grid, n.block, n.smem, params.data(), n.grid_id);
         } else if (n.kind == Node::COPY) {
             r = copy(n.dst, n.src, n.n, nullptr);
         } else {

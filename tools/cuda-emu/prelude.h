@@ -85,10 +85,9 @@ struct Global {
     void** params;
     const char* error;
     bool reverse;  // a block's threads run last to first
-    unsigned long long grid_id;  // %gridid: this launch's number in the module
+    unsigned long long grid_id;  // %gridid: the driver's number for this launch (a graph node keeps its own)
 };
 inline Global g;
-inline unsigned long long launches;  // launches so far (%gridid)
 
 // %globaltimer: the host's monotonic clock in nanoseconds.
 inline unsigned long long globaltimer() {

@@ -179,11 +179,11 @@ inline const char* run_block(unsigned n, bool reverse) {
 
 }  // namespace emu
 
-// One launch, run to completion. `order`: bit 0 runs the blocks last to first, bit 1 each
+// One launch, run to completion, as grid `grid_id` (%gridid). `order`: bit 0 runs the blocks last to first, bit 1 each
 // block's threads last to first (orders a correct kernel does not depend on). Returns null, or
 // what went wrong.
 extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], const unsigned block[3], unsigned smem,
-                                  void** params, unsigned order) {
+                                  void** params, unsigned order, unsigned long long grid_id) {
     using namespace emu;
     const unsigned n = block[0] * block[1] * block[2];
     if (n == 0 || n > MAX_THREADS) return "a block of 0 or more than 1024 threads";
@@ -198,7 +198,7 @@ extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], 
     g.call = k->call;
     g.fn = k->fn;
     g.params = params;
-    g.grid_id = ++launches;
+    g.grid_id = grid_id;
     const unsigned long long blocks = (unsigned long long)grid[0] * grid[1] * grid[2];
     for (unsigned long long b = 0; b < blocks; b++) {
         const unsigned long long i = order & 1 ? blocks - 1 - b : b;

@@ -5,7 +5,9 @@
 //! compiled with `-DPLUMB_TIMELINE` (their own cached CUBIN): `TL_BLOCK`, each kernel's first
 //! statement (kernels/dequant.cu), reads `%globaltimer` as a block's thread 0 starts and again as
 //! it returns, and while `plumb_tl_on` is set appends the launch's `%gridid`, a hash of the
-//! kernel's name, the block's index and both times to `plumb_tl`. No arithmetic changes.
+//! kernel's name, the block's index, both times and when its PDL wait returned to `plumb_tl`. No arithmetic changes. A
+//! graph's replays keep each node's `%gridid` (seen on an H100), so `plumb_tl_on` holds the
+//! recorded step's number, stored beside each block: a launch is (step, grid).
 //!
 //! `PLUMB_CUDA_TIMELINE_STEPS=FROM:COUNT` (default 40:8) records decode-shaped steps FROM to
 //! FROM + COUNT − 1 (counted from the backend's first); when the backend is dropped, the blocks go
@@ -18,8 +20,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Blocks one timeline holds (kernels/dequant.cu's `TL_CAP`).
+/// Blocks one timeline holds (kernels/dequant.cu's `TL_CAP`), and the words of a block's record.
 pub const CAP: usize = 1 << 20;
+const WORDS: usize = 5;
 
 /// Whether the kernels are to be built with their time stamps.
 pub fn wanted() -> bool {
@@ -34,7 +37,8 @@ pub fn name_hash(name: &str) -> u32 {
 /// One block of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockStamp {
-    /// The launch (`%gridid`).
+    /// The recorded step (0 for the window's first) and its launch's `%gridid`: together, the launch.
+    pub step: u32,
     pub grid: u64,
     /// `name_hash` of its kernel.
     pub kernel: u32,
@@ -43,6 +47,8 @@ pub struct BlockStamp {
     /// `%globaltimer` as the block's thread 0 started and as it returned.
     pub start_ns: u64,
     pub end_ns: u64,
+    /// `%globaltimer` as thread 0's wait on the kernel before (PDL) returned; 0 if it did not wait.
+    pub wait_ns: u64,
 }
 
 /// The module's stamp buffer and the steps it records.
@@ -93,24 +99,24 @@ impl Timeline {
         }))
     }
 
-    /// Turns recording on or off for the launches queued on `stream` after this.
-    pub fn set_recording(&self, stream: &Arc<CudaStream>, on: bool) -> Result<(), DriverError> {
-        let flag = [u32::from(on)];
+    /// Records the launches queued on `stream` after this as step `step` − 1, or (0) none.
+    fn set_recording(&self, stream: &Arc<CudaStream>, step: u32) -> Result<(), DriverError> {
+        let flag = [step];
         // SAFETY: `on` is the module's 4-byte `plumb_tl_on`; a copy from pageable memory is staged
         // before the call returns, so `flag` may go.
         unsafe { result::memcpy_htod_async(self.on, &flag, stream.cu_stream()) }
     }
 
-    /// A step starts (no capture in progress): recording goes on at the FROM-th decode-shaped
-    /// step and off COUNT of them later.
+    /// A step starts (no capture in progress): decode-shaped steps FROM to FROM + COUNT − 1 are
+    /// recorded, each under its own number; recording goes off at the next decode-shaped step.
     pub fn begin_step(&mut self, stream: &Arc<CudaStream>, decode_shaped: bool) -> Result<(), DriverError> {
         if !decode_shaped {
             return Ok(());
         }
-        if self.seen == self.from {
-            self.set_recording(stream, true)?;
+        if (self.from..self.from + self.steps).contains(&self.seen) {
+            self.set_recording(stream, (self.seen - self.from + 1) as u32)?;
         } else if self.seen == self.from + self.steps {
-            self.set_recording(stream, false)?;
+            self.set_recording(stream, 0)?;
         }
         self.seen += 1;
         Ok(())
@@ -120,25 +126,27 @@ impl Timeline {
     pub fn read(&self, stream: &Arc<CudaStream>) -> Result<(Vec<BlockStamp>, usize), DriverError> {
         stream.synchronize()?;
         let mut n = [0u32];
-        // SAFETY: `count` is the module's 4-byte `plumb_tl_n` and `stamps` its 4 × CAP words;
+        // SAFETY: `count` is the module's 4-byte `plumb_tl_n` and `stamps` its WORDS × CAP words;
         // the stream is idle, so nothing writes them meanwhile.
         unsafe { result::memcpy_dtoh_async(&mut n, self.count, stream.cu_stream()) }?;
         stream.synchronize()?;
         let kept = (n[0] as usize).min(CAP);
-        let mut words = vec![0u64; 4 * kept];
+        let mut words = vec![0u64; WORDS * kept];
         if kept > 0 {
             // SAFETY: as above; `words` holds the first `kept` records.
             unsafe { result::memcpy_dtoh_async(&mut words, self.stamps, stream.cu_stream()) }?;
             stream.synchronize()?;
         }
         let stamps = words
-            .chunks_exact(4)
+            .chunks_exact(WORDS)
             .map(|r| BlockStamp {
-                grid: r[0],
+                step: ((r[0] >> 48) as u32).saturating_sub(1),
+                grid: r[0] & 0xffff_ffff_ffff,
                 kernel: (r[1] >> 32) as u32,
                 block: r[1] as u32,
                 start_ns: r[2],
                 end_ns: r[3],
+                wait_ns: r[4],
             })
             .collect();
         Ok((stamps, n[0] as usize - kept))
@@ -155,9 +163,10 @@ impl Timeline {
         let name = |h: u32| names.get(&h).copied().unwrap_or("?");
         let mut out = String::new();
         if let Some(path) = &self.path {
-            let mut csv = String::from("grid,kernel,block,start_ns,end_ns\n");
+            let mut csv = String::from("step,grid,kernel,block,start_ns,end_ns,wait_ns\n");
             for s in &stamps {
-                let _ = writeln!(csv, "{},{},{},{},{}", s.grid, name(s.kernel), s.block, s.start_ns, s.end_ns);
+                let (k, b) = (name(s.kernel), s.block);
+                let _ = writeln!(csv, "{},{},{k},{b},{},{},{}", s.step, s.grid, s.start_ns, s.end_ns, s.wait_ns);
             }
             match std::fs::write(path, csv) {
                 Ok(()) => {
@@ -185,9 +194,9 @@ fn by_hash<'a>(names: &[&'a str]) -> HashMap<u32, &'a str> {
 pub fn summary(stamps: &[BlockStamp], names: &HashMap<u32, &str>) -> String {
     let name = |h: u32| names.get(&h).copied().unwrap_or("?");
     // Each launch's span.
-    let mut launches: HashMap<u64, (u32, u64, u64)> = HashMap::new();
+    let mut launches: HashMap<(u32, u64), (u32, u64, u64)> = HashMap::new();
     for s in stamps {
-        let l = launches.entry(s.grid).or_insert((s.kernel, u64::MAX, 0));
+        let l = launches.entry((s.step, s.grid)).or_insert((s.kernel, u64::MAX, 0));
         l.1 = l.1.min(s.start_ns);
         l.2 = l.2.max(s.end_ns);
     }

@@ -1,6 +1,6 @@
 //! The blocks' time stamps (`PLUMB_CUDA_TIMELINE`, timeline.rs): with graphs on, the decode steps
 //! of the window it names are recorded, every block of each of their launches once, each named
-//! after its kernel, each ending after it starts.
+//! after its kernel, each ending after it starts, with its wait on the kernel before in between.
 
 #[path = "support/device.rs"]
 mod device;
@@ -40,18 +40,30 @@ fn a_timeline_records_every_block_of_its_decode_steps() {
     }
     let stamps = b.timeline_stamps().unwrap();
     assert!(!stamps.is_empty(), "nothing recorded");
-    let mut launches: BTreeMap<u64, Vec<&BlockStamp>> = BTreeMap::new();
+    // A launch is (step, grid): a graph's replays keep their nodes' %gridid (as the emulator
+    // now does too), so the grid alone would merge the steps' launches.
+    let mut launches: BTreeMap<(u32, u64), Vec<&BlockStamp>> = BTreeMap::new();
     for s in &stamps {
         assert!(s.start_ns <= s.end_ns, "a block ends before it starts: {s:?}");
-        launches.entry(s.grid).or_default().push(s);
+        // Every kernel's thread 0 waits on the kernel before (PDL_WAIT), between its two stamps.
+        assert!(s.start_ns <= s.wait_ns && s.wait_ns <= s.end_ns, "a block's wait is not inside it: {s:?}");
+        launches.entry((s.step, s.grid)).or_default().push(s);
     }
-    for (grid, blocks) in &launches {
+    for (launch, blocks) in &launches {
         let mut idx: Vec<u32> = blocks.iter().map(|s| s.block).collect();
         idx.sort_unstable();
-        assert!(idx.iter().enumerate().all(|(i, &b)| i as u32 == b), "launch {grid}: blocks {idx:?}");
-        assert!(blocks.iter().all(|s| s.kernel == blocks[0].kernel), "launch {grid}: two kernels");
+        assert!(idx.iter().enumerate().all(|(i, &b)| i as u32 == b), "launch {launch:?}: blocks {idx:?}");
+        assert!(blocks.iter().all(|s| s.kernel == blocks[0].kernel), "launch {launch:?}: two kernels");
     }
-    assert_eq!(launches.len() % 3, 0, "three equal decode steps: {} launches", launches.len());
+    // Three decode steps, numbered 0 to 2, each with the same launches of the same kernels.
+    let per_step = |step: u32| -> Vec<u32> {
+        let mut k: Vec<u32> = launches.iter().filter(|((s, _), _)| *s == step).map(|(_, b)| b[0].kernel).collect();
+        k.sort_unstable();
+        k
+    };
+    assert!(launches.keys().all(|(s, _)| *s < 3), "a step past the window: {:?}", launches.keys().last());
+    assert!(!per_step(0).is_empty(), "the window's first step recorded nothing");
+    assert!(per_step(1) == per_step(0) && per_step(2) == per_step(0), "the three steps launch different kernels");
     let summary = b.timeline_summary().unwrap();
     eprint!("{summary}");
     assert!(!summary.lines().skip(2).any(|l| l.starts_with('?')), "a kernel without a name:\n{summary}");

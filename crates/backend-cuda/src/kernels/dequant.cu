@@ -18,7 +18,11 @@ typedef unsigned long long u64;
 // way, and everything else still follows the wait. (No-ops where the kernel was launched without
 // the attribute, and compiled away before sm_90.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+#define PDL_WAIT()                                              \
+    do {                                                        \
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");   \
+        TL_WAITED();                                            \
+    } while (0)
 #define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory")
 #else
 #define PDL_WAIT() \
@@ -43,13 +47,15 @@ typedef unsigned long long u64;
 
 // PLUMB_TIMELINE (compiled in by PLUMB_CUDA_TIMELINE, `timeline.rs`): TL_BLOCK, the first statement
 // of every kernel, stamps each block with the global nanosecond timer as its thread 0 starts and
-// ends, and while the host has `plumb_tl_on` set appends (launch's %gridid, a hash of the kernel's
-// name and the block's index, start, end) to `plumb_tl`: the kernels' times inside CUDA graphs,
-// PDL's overlap included, which events (profile.rs) cannot see. Only thread 0 of a block writes;
-// no kernel's arithmetic changes. Compiled away otherwise.
+// ends, and while the host has `plumb_tl_on` set (to the recorded step's number, from 1) appends
+// (that number above the launch's %gridid, a hash of the kernel's name and the block's index,
+// start, end, and when thread 0's PDL wait returned) to `plumb_tl`. A graph's replays keep their
+// nodes' %gridid, so the step tells them apart: the kernels' times inside CUDA graphs, PDL's
+// overlap included, which events (profile.rs) cannot see. Only thread 0 of a block writes; no
+// kernel's arithmetic changes. Compiled away otherwise.
 #ifdef PLUMB_TIMELINE
 #define TL_CAP (1u << 20)
-__device__ u64 plumb_tl[4 * (u64)TL_CAP];
+__device__ u64 plumb_tl[5 * (u64)TL_CAP];
 __device__ u32 plumb_tl_n;
 __device__ u32 plumb_tl_on;
 __device__ __forceinline__ u64 tl_clock() {
@@ -57,13 +63,26 @@ __device__ __forceinline__ u64 tl_clock() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// When thread 0's PDL wait returned (0 before), for its block's record: the time a launch sat
+// resident waiting on the kernel before it, apart from its own work.
+__device__ __forceinline__ u64& tl_wait_slot() {
+    __shared__ u64 waited;
+    return waited;
+}
+#define TL_WAITED()                                                                     \
+    do {                                                                                \
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) tl_wait_slot() = tl_clock(); \
+    } while (0)
 struct TlBlock {
     u64 t0;
     const char* name;
-    __device__ explicit TlBlock(const char* n) : t0(tl_clock()), name(n) {}
+    __device__ explicit TlBlock(const char* n) : t0(tl_clock()), name(n) {
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) tl_wait_slot() = 0;
+    }
     __device__ ~TlBlock() {
         if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
-        if (*(volatile u32*)&plumb_tl_on == 0) return;
+        const u32 step = *(volatile u32*)&plumb_tl_on;
+        if (step == 0) return;
         const u64 t1 = tl_clock();
         u64 grid;
         asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
@@ -71,11 +90,12 @@ struct TlBlock {
         for (const char* c = name; *c; c++) h = (h ^ (u32)(u8)*c) * 16777619u;
         const u32 i = atomicAdd(&plumb_tl_n, 1u);
         if (i < TL_CAP) {
-            u64* r = plumb_tl + 4 * (u64)i;
-            r[0] = grid;
+            u64* r = plumb_tl + 5 * (u64)i;
+            r[0] = (u64)step << 48 | (grid & 0xffffffffffffull);
             r[1] = (u64)h << 32 | (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
             r[2] = t0;
             r[3] = t1;
+            r[4] = tl_wait_slot();
         }
     }
 };
@@ -83,6 +103,9 @@ struct TlBlock {
 #else
 #define TL_BLOCK() \
     do {           \
+    } while (0)
+#define TL_WAITED() \
+    do {            \
     } while (0)
 #endif
 
