@@ -6,6 +6,7 @@
 
 use cudarc::driver::{CudaFunction, DriverError, LaunchConfig, result, sys};
 use std::ffi::c_void;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether launches carry programmatic stream serialization (sm_90 and later): a kernel may be
@@ -20,6 +21,20 @@ pub(crate) fn set_pdl(on: bool) {
 
 pub(crate) fn pdl() -> bool {
     PDL.load(Ordering::Relaxed)
+}
+
+/// Kernels (by CUfunction address) launched without programmatic serialization even where PDL
+/// is on (`PLUMB_CUDA_PDL_OFF=NAME,...`, for measuring which early launches pay): such a kernel
+/// starts only once the one before it has completed. Changes no result.
+static PDL_OFF: RwLock<Vec<usize>> = RwLock::new(Vec::new());
+
+pub(crate) fn set_pdl_off(funcs: Vec<usize>) {
+    *PDL_OFF.write().unwrap_or_else(|e| e.into_inner()) = funcs;
+}
+
+/// Whether `PLUMB_CUDA_PDL_OFF` named any kernel.
+pub(crate) fn pdl_off_any() -> bool {
+    !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).is_empty()
 }
 
 /// The most arguments any kernel of `kernels/*.cu` takes (the CUDA-core `linear`, with its fused
@@ -154,7 +169,8 @@ impl Launch {
         for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
             *p = (&mut vals[start as usize] as *mut u64).cast();
         }
-        let pdl = PDL.load(Ordering::Relaxed);
+        let pdl = PDL.load(Ordering::Relaxed)
+            && !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).contains(&self.func);
         if pdl || self.cluster > 1 {
             let mut attrs = [sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,

@@ -314,6 +314,20 @@ impl CudaBackend {
             }
             kernels.insert(name, f);
         }
+        if let Ok(v) = std::env::var("PLUMB_CUDA_PDL_OFF") {
+            let funcs = v
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| {
+                    kernels.get(n).map(|f| f.cu_function() as usize).ok_or_else(|| CudaError::BadSetting {
+                        name: "PLUMB_CUDA_PDL_OFF",
+                        value: v.clone(),
+                        expected: "kernel names, comma-separated",
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            launch::set_pdl_off(funcs);
+        }
         let decode_slots = resident_blocks(&ctx, &kernels, "linear_mma_decode_bf16", 128)?;
         let decode_slots_wide = resident_blocks(&ctx, &kernels, "linear_mma_decode_wide_bf16", 256)?;
         let tma = tma::TmaPlan::new(&ctx, &kernels)?;
