@@ -109,7 +109,7 @@ __device__ __forceinline__ void merge_splits(const float* __restrict__ pr, int s
     bool fast = div_fast_ok(l_tot);
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        if (lane + 32 * i < head_dim) fast = fast && div_fast_ok(tot[i]);
+        if (lane + 32 * i < head_dim) fast = fast & div_fast_ok(tot[i]);
     if (fast) {
 #pragma unroll
         for (int i = 0; i < 8; i++) tot[i] = div_fast(tot[i], d);
@@ -299,7 +299,7 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
                 const DivBy by = div_by(l_tot[i]);
                 bool fast = div_fast_ok(l_tot[i]);
 #pragma unroll
-                for (int d = 0; d < ND; d++) fast = fast && div_fast_ok(acc_tot[i][d]);
+                for (int d = 0; d < ND; d++) fast = fast & div_fast_ok(acc_tot[i][d]);
                 if (fast) {
 #pragma unroll
                     for (int d = 0; d < ND; d++) oh[32 * d + lane] = div_fast(acc_tot[i][d], by);

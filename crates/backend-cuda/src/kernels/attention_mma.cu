@@ -405,7 +405,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 bool fast = div_fast_ok(l_tot[h]);
 #pragma unroll
                 for (int n = 0; n < NB; n++)
-                    fast = fast && div_fast_ok(tot[n][2 * h]) && div_fast_ok(tot[n][2 * h + 1]);
+                    fast = fast & div_fast_ok(tot[n][2 * h]) & div_fast_ok(tot[n][2 * h + 1]);
                 if (fast) {
 #pragma unroll
                     for (int n = 0; n < NB; n++)

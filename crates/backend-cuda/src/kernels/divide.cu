@@ -9,7 +9,8 @@
 // reciprocal is refined once per divisor, `div_fast` is the same fast path's instructions, and the
 // guard is one range check for the lot (`div_fast_ok`: operands in [2^-60, 2^60], so no quotient,
 // residual leaves the normal range; 0, inf and NaN fail it), under which the caller
-// takes every quotient the fast way, else every one by __fdiv_rn. The same bits either way:
+// takes every quotient the fast way, else every one by __fdiv_rn (the checks combined with `&`,
+// not `&&`, so they are not a chain of branches). The same bits either way:
 // within that range the fast path is what div.rn returns (tests/division.rs checks it on a GPU).
 struct DivBy {
     float b, y;
