@@ -57,13 +57,25 @@ cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/
 # With NVRTC_LIB_DIR (the lib folder of the PyPI wheel nvidia-cuda-nvrtc at the GPU machine's
 # version), the kernels are compiled here into DEST/kernels, which seed-kernels.sh puts into the
 # GPU machine's kernel cache; with TIMELINE=1 also the time-stamped build `PLUMB_CUDA_TIMELINE`
-# compiles (its own cache key), which the `timeline` test and timeline runs load.
+# compiles (its own cache key), which the `timeline` test and timeline runs load; VARIANTS adds
+# kernel builds of compile-time switches (e.g. VARIANTS=PLUMB_CUDA_NORM_RELEASE=late).
 if [ -n "${NVRTC_LIB_DIR:-}" ]; then
     cargo build --profile "$PROFILE" -p plumb-backend-cuda --example precompile
     LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST "$target/$PROFILE/examples/precompile" sm_90a
     if [ "${TIMELINE:-0}" = 1 ]; then
         LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST PLUMB_CUDA_TIMELINE=1 "$target/$PROFILE/examples/precompile" sm_90a
     fi
+    # VARIANTS="VAR=VALUE[,VAR=VALUE] ...": kernel builds of compile-time switches, each precompiled
+    # too (and with the time stamps under TIMELINE=1).
+    for v in ${VARIANTS:-}; do
+        # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
+        env $(tr ',' ' ' <<<"$v") LD_LIBRARY_PATH="$NVRTC_LIB_DIR" PLUMB_HOME="$DEST" "$target/$PROFILE/examples/precompile" sm_90a
+        if [ "${TIMELINE:-0}" = 1 ]; then
+            # shellcheck disable=SC2046
+            env $(tr ',' ' ' <<<"$v") LD_LIBRARY_PATH="$NVRTC_LIB_DIR" PLUMB_HOME="$DEST" PLUMB_CUDA_TIMELINE=1 \
+                "$target/$PROFILE/examples/precompile" sm_90a
+        fi
+    done
 fi
 tar -C "$DEST" -cf - . | xz -T2 -3 >"$DEST.tar.xz"
 ls -la "$DEST" "$DEST.tar.xz"

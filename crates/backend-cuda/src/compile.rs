@@ -30,6 +30,9 @@ pub const SOURCE: [&str; 13] = [
 /// behind the source's back, so each kernel's roundings are exactly the ones it spells out.
 /// `PLUMB_CUDA_EARLY_WEIGHTS=0` compiles the `linear` kernels to read weights only after waiting
 /// on the kernel before (dequant.cu, `PLUMB_LATE_WEIGHTS`), for measuring; the same bits either way.
+/// `PLUMB_CUDA_NORM_RELEASE=late` compiles the norm kernels to let the kernel after them be
+/// scheduled only once their stores are issued (elementwise.cu, `PLUMB_NORM_LATE_RELEASE`), for
+/// measuring; the same bits either way.
 /// `PLUMB_CUDA_TIMELINE` compiles in the blocks' time stamps (`timeline.rs`; the same bits).
 fn options(arch: &str) -> Vec<String> {
     let mut opts = vec![
@@ -41,6 +44,9 @@ fn options(arch: &str) -> Vec<String> {
     if !early_weights() {
         opts.push("-DPLUMB_LATE_WEIGHTS".into());
     }
+    if norm_late_release() {
+        opts.push("-DPLUMB_NORM_LATE_RELEASE".into());
+    }
     if crate::timeline::wanted() {
         opts.push("-DPLUMB_TIMELINE".into());
     }
@@ -51,6 +57,14 @@ fn options(arch: &str) -> Vec<String> {
 /// them (programmatic launch; `PLUMB_CUDA_EARLY_WEIGHTS=0` turns it off).
 pub fn early_weights() -> bool {
     std::env::var("PLUMB_CUDA_EARLY_WEIGHTS").ok().is_none_or(|v| v != "0")
+}
+
+/// Whether the norm kernels release the kernel after them (`griddepcontrol.launch_dependents`)
+/// only after their stores rather than right after their wait (`PLUMB_CUDA_NORM_RELEASE=late`).
+/// Early, the next `linear`'s blocks become resident and stream their first weight bytes while
+/// the one-block norm of a decode row runs, and its loads queue behind theirs.
+pub fn norm_late_release() -> bool {
+    std::env::var("PLUMB_CUDA_NORM_RELEASE").is_ok_and(|v| v == "late")
 }
 
 /// NVRTC's target name for a compute capability: the arch-specific `a` variant where one exists

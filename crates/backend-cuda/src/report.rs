@@ -118,12 +118,12 @@ impl CudaBackend {
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
     /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
-    /// `PLUMB_CUDA_PDL_OFF`,
+    /// `PLUMB_CUDA_PDL_OFF`, `PLUMB_CUDA_NORM_RELEASE`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 26] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 27] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -135,6 +135,7 @@ impl CudaBackend {
             ("programmatic_dependent_launch", launch::pdl()),
             ("programmatic_dependent_launch_for_every_kernel", launch::pdl() && !launch::pdl_off_any()),
             ("early_weight_reads", compile::early_weights()),
+            ("norm_releases_next_kernel_early", !compile::norm_late_release()),
             ("fused_add_norm", self.fuse_add),
             ("grouped_linear", self.group_linear),
             ("fused_rope_kv_write", self.fuse_rope_kv),

@@ -115,18 +115,28 @@ __device__ __forceinline__ void rms_norm_one(float* x, const float* __restrict__
 
 // The norm kernels' entry: a row of one batch a thread loads its norm weight's batch before the
 // wait on the kernel before (no kernel of a forward writes a weight, as in the `linear` kernels),
-// so it arrives while that kernel finishes; then the wait, and the norm.
+// so it arrives while that kernel finishes; then the wait, and the norm. The kernel after is let
+// go right after the wait, or with PLUMB_NORM_LATE_RELEASE (`compile::norm_late_release`) only
+// after the norm's stores: the next kernel still waits for this one's completion before reading
+// anything of it, so only when its blocks may start (and stream weights) moves.
 __device__ __forceinline__ void rms_norm_entry(float* x, const float* __restrict__ d, const float* __restrict__ w,
                                                float eps, float* __restrict__ out, int cols,
                                                unsigned short* __restrict__ xb) {
     const bool one = cols <= NORM_THREADS * NORM_BATCH;
     float wv[NORM_BATCH];
     if (one && EARLY_WEIGHTS) norm_batch(w, threadIdx.x, cols, wv);
+#ifdef PLUMB_NORM_LATE_RELEASE
+    PDL_WAIT();
+#else
     PDL_ENTRY();
+#endif
     if (one)
         rms_norm_one(x, d, w, eps, out, cols, xb, wv, EARLY_WEIGHTS);
     else
         rms_norm_body(x, d, w, eps, out, cols, xb);
+#ifdef PLUMB_NORM_LATE_RELEASE
+    PDL_LAUNCH();
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NORM_THREADS)
