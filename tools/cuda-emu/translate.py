@@ -91,8 +91,6 @@ def model(asm_text, outs, ins):
         return f"(void)(({outs[0]}) = emu::cvt_f32_f16({ins[0]}))"
     if t.startswith("cvt.rn.f16.f32 "):
         return f"(void)(({outs[0]}) = emu::cvt_rn_f16_f32({ins[0]}))"
-    if t.startswith("rcp.approx.ftz.f32 ") and len(outs) == 1 and len(ins) == 1:
-        return f"(void)(({outs[0]}) = 1.0f / ({ins[0]}))"
     if "cvta.to.shared" in t and len(outs) == 1 and len(ins) == 1:
         return f"(void)(({outs[0]}) = emu::smem_u32((const void*)({ins[0]})))"
     m = re.match(r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\w+)? \[%(\d)\], \[%(\d)\], (\d+)(?:, %(\d))?;", t)

@@ -10,9 +10,8 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 13] = [
+pub const SOURCE: [&str; 12] = [
     include_str!("kernels/dequant.cu"),
-    include_str!("kernels/divide.cu"),
     include_str!("kernels/kv_store.cu"),
     include_str!("kernels/linear.cu"),
     include_str!("kernels/linear_tile.cu"),

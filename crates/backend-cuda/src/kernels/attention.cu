@@ -105,23 +105,12 @@ __device__ __forceinline__ void merge_splits(const float* __restrict__ pr, int s
                 tot[i] = __fadd_rn(__fmul_rn(tot[i], a_tot), __fmul_rn(__ldcg(ps + lane + 32 * i), a_s));
         m_tot = m;
     }
-    const DivBy d = div_by(l_tot);
-    bool fast = div_fast_ok(l_tot);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (lane + 32 * i < head_dim) fast = fast & div_fast_ok(tot[i]);
-    if (fast) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) tot[i] = div_fast(tot[i], d);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) tot[i] = __fdiv_rn(tot[i], l_tot);
-    }
 #pragma unroll
     for (int i = 0; i < 8; i++)
         if (lane + 32 * i < head_dim) {
-            out[at + lane + 32 * i] = tot[i];
-            if (xb) xb[xb_index(at + lane + 32 * i)] = (unsigned short)bf16_bits(tot[i]);
+            const float y = __fdiv_rn(tot[i], l_tot);
+            out[at + lane + 32 * i] = y;
+            if (xb) xb[xb_index(at + lane + 32 * i)] = (unsigned short)bf16_bits(y);
         }
 }
 
@@ -296,17 +285,8 @@ __device__ __forceinline__ void attention_body(const float* __restrict__ q, cons
             for (int i = 0; i < ATT_PAIRS; i++) {
                 if (ctx[i] == 0 || part) continue;
                 float* oh = out + ((u64)row[i] * num_heads + head[i]) * HD;
-                const DivBy by = div_by(l_tot[i]);
-                bool fast = div_fast_ok(l_tot[i]);
 #pragma unroll
-                for (int d = 0; d < ND; d++) fast = fast & div_fast_ok(acc_tot[i][d]);
-                if (fast) {
-#pragma unroll
-                    for (int d = 0; d < ND; d++) oh[32 * d + lane] = div_fast(acc_tot[i][d], by);
-                } else {
-#pragma unroll
-                    for (int d = 0; d < ND; d++) oh[32 * d + lane] = __fdiv_rn(acc_tot[i][d], l_tot[i]);
-                }
+                for (int d = 0; d < ND; d++) oh[32 * d + lane] = __fdiv_rn(acc_tot[i][d], l_tot[i]);
             }
             __syncthreads();  // the next walk restages q and the tiles
         }

@@ -21,7 +21,7 @@
 // - Output: acc = acc * alpha, then for each 16 positions in ascending order, the mma steps of
 //   e's pieces in order with V, accumulating onto acc.
 // - Splits merge into the total by the left fold of attention.cu, at the split's end or at the
-//   row's last tile; out = total / l (IEEE division, `div_by`).
+//   row's last tile; out = total / l.
 // Everything a row computes depends on its own q, p and the cached K/V: the rows sharing an
 // mma (a GQA group, a prefill chunk's rows) or a walk change no bit of it.
 //
@@ -399,27 +399,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
             for (int h = 0; h < 2; h++) {
                 if (ctx[h] == 0 || part) continue;
                 const u64 at = ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
-                // out = total / l: the row's quotients as __fdiv_rn gives them, one reciprocal
-                // for all where their range allows (`div_by`).
-                const DivBy by = div_by(l_tot[h]);
-                bool fast = div_fast_ok(l_tot[h]);
-#pragma unroll
-                for (int n = 0; n < NB; n++)
-                    fast = fast & div_fast_ok(tot[n][2 * h]) & div_fast_ok(tot[n][2 * h + 1]);
-                if (fast) {
-#pragma unroll
-                    for (int n = 0; n < NB; n++)
-#pragma unroll
-                        for (int c = 2 * h; c < 2 * h + 2; c++) tot[n][c] = div_fast(tot[n][c], by);
-                } else {
-#pragma unroll
-                    for (int n = 0; n < NB; n++)
-#pragma unroll
-                        for (int c = 2 * h; c < 2 * h + 2; c++) tot[n][c] = __fdiv_rn(tot[n][c], l_tot[h]);
-                }
 #pragma unroll
                 for (int n = 0; n < NB; n++) {
-                    const float y0 = tot[n][2 * h], y1 = tot[n][2 * h + 1];
+                    const float y0 = __fdiv_rn(tot[n][2 * h], l_tot[h]), y1 = __fdiv_rn(tot[n][2 * h + 1], l_tot[h]);
                     *(float2*)(out + at + 8 * n) = make_float2(y0, y1);
                     if (xb) *(u32*)(xb + xb_index(at + 8 * n)) = bf16_bits(y0) | bf16_bits(y1) << 16;
                 }
