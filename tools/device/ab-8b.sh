@@ -15,6 +15,9 @@
 # PHASES (default "tests gemm conc tg") picks phases ("gate": each setting's `plumb check --quick`
 # on a 4-layer Llama-3.2-1B-shape bf16 synth, /tmp/l1b, with a 16-bit KV cache, within
 # GATE_TIMEOUT seconds (default 300; the whole-model gate passed 120 s there in session 22);
+# "timeline": each setting's per-block timeline of eight decode steps at depth 512
+# (PLUMB_CUDA_TIMELINE, the time-stamped kernels: stage with TIMELINE=1 to skip NVRTC) and
+# tools/device/timeline.py's table of it and of its fourth step, launch by launch;
 # "long": tg64 at depth LONG_DEPTH, default
 # 4,096; "profile": the kernels matching KERNELS, default attention, event-timed in one request's
 # decode and in a 2,048-token prefill, for a change smaller than an end-to-end run's spread); TESTS the test binaries (default
@@ -39,7 +42,7 @@ status=0
 
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
-if has conc || has tg || has long || has profile; then
+if has conc || has tg || has long || has profile || has timeline; then
     ([ -e /tmp/l8b/config.json ] || "$B/plumb" synth --arch llama-3.1-8b -t 8 /tmp/l8b >"$OUT/synth.log" 2>&1) &
     synth=$!
 fi
@@ -68,7 +71,7 @@ if has gate; then
     done
 fi
 # Every build compiles its kernels (NVRTC, about a minute the first time) before any timed run.
-if has conc || has tg || has long || has profile; then
+if has conc || has tg || has long || has profile || has timeline; then
     for d in $(for s in "${SET[@]}"; do bin_of "$s"; done | sort -u); do
         timeout 200 "$d/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b --prompt-len 16 --gen-len 4 \
             --depth 0 --repetitions 1 >/dev/null 2>&1 &
@@ -109,6 +112,18 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             run_with "$s" PLUMB_CUDA_PROFILE=1 timeout 60 "${P[@]}" --prompt-len 2048 --gen-len 2 --depth 0 \
                 --repetitions 1 >"$OUT/profile-prefill-$tag-$round.txt" 2>&1
             grep -hE "${KERNELS:-attention}" "$OUT/profile-decode-$tag-$round.txt" "$OUT/profile-prefill-$tag-$round.txt" >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+        if has timeline; then
+            SECONDS=0
+            echo "## [$tag] timeline of decode steps 100-107, depth 512 (round $round)" >>"$L"
+            run_with "$s" PLUMB_CUDA_TIMELINE="$OUT/tl-$tag-$round.csv" PLUMB_CUDA_TIMELINE_STEPS=100:8 timeout 90 "${P[@]}" \
+                --prompt-len 512 --gen-len 64 --depth 512 --repetitions 2 >"$OUT/tl-bench-$tag-$round.log" 2>&1
+            python3 "$(dirname "$0")/timeline.py" "$OUT/tl-$tag-$round.csv" --steps 8 >"$OUT/tl-$tag-$round.txt" 2>&1
+            python3 "$(dirname "$0")/timeline.py" "$OUT/tl-$tag-$round.csv" --steps 8 --layer 3 \
+                >"$OUT/tl-$tag-$round-step3.txt" 2>&1
+            head -12 "$OUT/tl-$tag-$round.txt" >>"$L"
+            xz -T4 "$OUT/tl-$tag-$round.csv"
             echo "($SECONDS s)" >>"$L"
         fi
         if has long; then
