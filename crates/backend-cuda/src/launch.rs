@@ -169,8 +169,8 @@ impl Launch {
         for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
             *p = (&mut vals[start as usize] as *mut u64).cast();
         }
-        let pdl = PDL.load(Ordering::Relaxed)
-            && !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).contains(&self.func);
+        let pdl =
+            PDL.load(Ordering::Relaxed) && !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).contains(&self.func);
         if pdl || self.cluster > 1 {
             let mut attrs = [sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
