@@ -26,15 +26,19 @@ pub(crate) fn pdl() -> bool {
 /// Kernels (by CUfunction address) launched without programmatic serialization even where PDL
 /// is on (`PLUMB_CUDA_PDL_OFF=NAME,...`, for measuring which early launches pay): such a kernel
 /// starts only once the one before it has completed. Changes no result.
+/// `PDL_OFF_ANY` says whether the list holds any, so a launch reads the lock only then.
 static PDL_OFF: RwLock<Vec<usize>> = RwLock::new(Vec::new());
+static PDL_OFF_ANY: AtomicBool = AtomicBool::new(false);
 
 pub(crate) fn set_pdl_off(funcs: Vec<usize>) {
+    let any = !funcs.is_empty();
     *PDL_OFF.write().unwrap_or_else(|e| e.into_inner()) = funcs;
+    PDL_OFF_ANY.store(any, Ordering::Relaxed);
 }
 
 /// Whether `PLUMB_CUDA_PDL_OFF` named any kernel.
 pub(crate) fn pdl_off_any() -> bool {
-    !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    PDL_OFF_ANY.load(Ordering::Relaxed)
 }
 
 /// The most arguments any kernel of `kernels/*.cu` takes (the CUDA-core `linear`, with its fused
@@ -169,8 +173,8 @@ impl Launch {
         for (p, &start) in params.iter_mut().zip(&self.starts[..self.num_args]) {
             *p = (&mut vals[start as usize] as *mut u64).cast();
         }
-        let pdl =
-            PDL.load(Ordering::Relaxed) && !PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).contains(&self.func);
+        let pdl = PDL.load(Ordering::Relaxed)
+            && !(pdl_off_any() && PDL_OFF.read().unwrap_or_else(|e| e.into_inner()).contains(&self.func));
         if pdl || self.cluster > 1 {
             let mut attrs = [sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
