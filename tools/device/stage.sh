@@ -61,19 +61,15 @@ cp "$(dirname "$0")"/gpu-run.sh "$(dirname "$0")"/bench-8b.sh "$(dirname "$0")"/
 # kernel builds of compile-time switches (e.g. VARIANTS=PLUMB_CUDA_NORM_RELEASE=late).
 if [ -n "${NVRTC_LIB_DIR:-}" ]; then
     cargo build --profile "$PROFILE" -p plumb-backend-cuda --example precompile
-    LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST "$target/$PROFILE/examples/precompile" sm_90a
-    if [ "${TIMELINE:-0}" = 1 ]; then
-        LD_LIBRARY_PATH=$NVRTC_LIB_DIR PLUMB_HOME=$DEST PLUMB_CUDA_TIMELINE=1 "$target/$PROFILE/examples/precompile" sm_90a
-    fi
-    # VARIANTS="VAR=VALUE[,VAR=VALUE] ...": kernel builds of compile-time switches, each precompiled
-    # too (and with the time stamps under TIMELINE=1).
-    for v in ${VARIANTS:-}; do
-        # shellcheck disable=SC2046 # the assignments split into env's arguments on purpose
-        env $(tr ',' ' ' <<<"$v") LD_LIBRARY_PATH="$NVRTC_LIB_DIR" PLUMB_HOME="$DEST" "$target/$PROFILE/examples/precompile" sm_90a
+    # One kernel build a call, under the given VAR=VALUE assignments (its own cache key).
+    precompile() { env "$@" LD_LIBRARY_PATH="$NVRTC_LIB_DIR" PLUMB_HOME="$DEST" "$target/$PROFILE/examples/precompile" sm_90a; }
+    # The default build and VARIANTS="VAR=VALUE[,VAR=VALUE] ...", kernel builds of compile-time
+    # switches; each also time-stamped under TIMELINE=1.
+    for v in "" ${VARIANTS:-}; do
+        read -r -a assign <<<"${v//,/ }"
+        precompile "${assign[@]}"
         if [ "${TIMELINE:-0}" = 1 ]; then
-            # shellcheck disable=SC2046
-            env $(tr ',' ' ' <<<"$v") LD_LIBRARY_PATH="$NVRTC_LIB_DIR" PLUMB_HOME="$DEST" PLUMB_CUDA_TIMELINE=1 \
-                "$target/$PROFILE/examples/precompile" sm_90a
+            precompile "${assign[@]}" PLUMB_CUDA_TIMELINE=1
         fi
     done
 fi
