@@ -120,7 +120,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             run_with "$s" PLUMB_CUDA_TIMELINE="$OUT/tl-$tag-$round.csv" PLUMB_CUDA_TIMELINE_STEPS=100:8 timeout 90 "${P[@]}" \
                 --prompt-len 512 --gen-len 64 --depth 512 --repetitions 2 >"$OUT/tl-bench-$tag-$round.log" 2>&1
             python3 "$(dirname "$0")/timeline.py" "$OUT/tl-$tag-$round.csv" --steps 8 >"$OUT/tl-$tag-$round.txt" 2>&1
-            python3 "$(dirname "$0")/timeline.py" "$OUT/tl-$tag-$round.csv" --steps 8 --layer 3 \
+            python3 "$(dirname "$0")/timeline.py" "$OUT/tl-$tag-$round.csv" --steps 8 --list 3 \
                 >"$OUT/tl-$tag-$round-step3.txt" 2>&1
             head -12 "$OUT/tl-$tag-$round.txt" >>"$L"
             xz -T4 "$OUT/tl-$tag-$round.csv"

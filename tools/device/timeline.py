@@ -4,7 +4,7 @@
 stamped with the GPU's global timer as its thread 0 started, as its wait on the kernel before
 (PDL) returned, and as it returned).
 
-    python3 tools/device/timeline.py FILE [--steps N] [--layer STEP]
+    python3 tools/device/timeline.py FILE [--steps N] [--list STEP]
 
 A launch is a (step, grid) pair (a CUDA graph's replays keep their nodes' %gridid; the step
 column numbers the recorded steps). Launches are ordered by their first block's start. For each
@@ -15,7 +15,7 @@ overlap is not exposed), the mean release (its first block's wait returning, aft
 every launch before it: how long the dependency took to let it go) and the mean work after the
 wait (last block's end less first wait's return). The exposed times add up to the recorded wall
 time less the gaps, printed too. --steps (the recorded decode steps, PLUMB_CUDA_TIMELINE_STEPS'
-COUNT, default 8) turns totals into per-step figures; --layer STEP lists that step's launches one
+COUNT, default 8) turns totals into per-step figures; --list STEP lists that step's launches one
 by one (times in us from the step's first start).
 """
 import argparse
@@ -27,7 +27,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--layer", default=None, help="list this step's launches one by one")
+    ap.add_argument("--list", default=None, help="list this step's launches one by one")
     a = ap.parse_args()
     launches = {}
     for row in csv.DictReader(open(a.file)):
@@ -56,7 +56,7 @@ def main():
         wait = g["wait"] if g["wait"] is not None else start
         release = wait - reach
         work = end - wait
-        if a.layer is not None and g["step"] == a.layer:
+        if a.list is not None and g["step"] == a.list:
             listing.append((g["kernel"], start, wait, end, exposed, release, g["blocks"]))
         reach = max(reach, end)
         k = per[g["kernel"]]
@@ -77,7 +77,7 @@ def main():
               f"{exposed / steps / 1e3:>14.1f}{release / n / 1e3:>12.2f}{work / n / 1e3:>10.2f}{blocks / n:>8.0f}")
     if listing:
         t0 = listing[0][1]
-        print(f"\nstep {a.layer}, launch by launch (us from its first start):")
+        print(f"\nstep {a.list}, launch by launch (us from its first start):")
         print(f"{'kernel':<34}{'start':>9}{'wait':>9}{'end':>9}{'exposed':>9}{'release':>9}{'blocks':>8}")
         for kernel, start, wait, end, exposed, release, blocks in listing:
             print(f"{kernel:<34}{(start - t0) / 1e3:>9.2f}{(wait - t0) / 1e3:>9.2f}{(end - t0) / 1e3:>9.2f}"

@@ -5,9 +5,10 @@
 //! compiled with `-DPLUMB_TIMELINE` (their own cached CUBIN): `TL_BLOCK`, each kernel's first
 //! statement (kernels/dequant.cu), reads `%globaltimer` as a block's thread 0 starts and again as
 //! it returns, and while `plumb_tl_on` is set appends the launch's `%gridid`, a hash of the
-//! kernel's name, the block's index, both times and when its PDL wait returned to `plumb_tl`. No arithmetic changes. A
-//! graph's replays keep each node's `%gridid` (seen on an H100), so `plumb_tl_on` holds the
-//! recorded step's number, stored beside each block: a launch is (step, grid).
+//! kernel's name, the block's index, both times and when its PDL wait returned to `plumb_tl`. No
+//! arithmetic changes. A graph's replays keep each node's `%gridid` (seen on an H100), so
+//! `plumb_tl_on` holds the recorded step's number, stored beside each block: a launch is
+//! (step, grid).
 //!
 //! `PLUMB_CUDA_TIMELINE_STEPS=FROM:COUNT` (default 40:8) records decode-shaped steps FROM to
 //! FROM + COUNT − 1 (counted from the backend's first); when the backend is dropped, the blocks go
