@@ -132,7 +132,8 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_mma_decode_wide_bf16",
         "embed_bf16_kperm",
         "apply_logit_edits",
-        "pick_argmax",
+        "pick_argmax_part",
+        "pick_argmax_fold",
         "pick_top_k",
         "row_logprobs",
     ]

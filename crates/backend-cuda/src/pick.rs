@@ -1,5 +1,6 @@
-//! `Backend::pick` on the device (kernels/pick.cu): a step's logit edits in one launch, then one
-//! block per row for its argmax or its top-k, so only token ids (and k candidates) come back.
+//! `Backend::pick` on the device (kernels/pick.cu): a step's logit edits in one launch, then a
+//! row's argmax over up to 64 blocks and a one-warp fold of their parts, or one block a row for
+//! its top-k, so only token ids (and k candidates) come back.
 //! `Backend::logprobs` likewise: one block per token for its row's log-sum-exp, its logit and its
 //! alternatives.
 //! Off with `PLUMB_CUDA_PICK=0` (the engine then reads whole rows), for measuring and for the
@@ -13,6 +14,21 @@ use plumb_core::{LogprobRow, MAX_LOGPROBS, TokenLogprobs};
 
 /// Threads per row of the pick kernels (`PICK_THREADS`).
 const PICK_THREADS: u32 = 1024;
+
+/// Threads of a `pick_argmax_part` block (`ARGMAX_THREADS`), the columns a thread scans at most,
+/// and the most blocks a row's argmax is split over.
+const ARGMAX_THREADS: u32 = 256;
+const ARGMAX_PER_THREAD: usize = 16;
+const ARGMAX_MAX_SPLITS: usize = 64;
+
+/// How many blocks a row of `cols` logits is split over for its argmax, and the columns each
+/// takes (the last fewer): 4,096 a block up to 64 blocks (Llama 3's 128,256 logits: 32 blocks,
+/// the default model's 49,152: 12), longer spans past that. Any split gives the same result.
+fn argmax_splits(cols: usize) -> (usize, usize) {
+    let per_block = ARGMAX_THREADS as usize * ARGMAX_PER_THREAD;
+    let splits = cols.div_ceil(per_block).clamp(1, ARGMAX_MAX_SPLITS);
+    (splits, cols.div_ceil(splits).max(1))
+}
 
 /// Words of one edit in `apply_logit_edits`.
 const EDIT_WORDS: usize = 9;
@@ -76,13 +92,34 @@ impl CudaBackend {
             block_dim: (PICK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
+        // The argmax rows' parts (`pick_argmax_part`), kept until the words come back.
+        let mut parts = None;
         if !argmax.is_empty() {
-            let l = Launch::new(self.kernel("pick_argmax"), block(argmax.len()))
+            let (splits, span) = argmax_splits(cols);
+            let part = self.alloc(argmax.len() * splits * 8);
+            let config = LaunchConfig {
+                grid_dim: (argmax.len() as u32, splits as u32, 1),
+                block_dim: (ARGMAX_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let l = Launch::new(self.kernel("pick_argmax_part"), config)
                 .ptr(logits.ptr())
                 .ptr(meta_buf.ptr)
                 .i32(cols as i32)
+                .i32(span as i32)
+                .ptr(part.ptr);
+            self.submit(l);
+            let config =
+                LaunchConfig { grid_dim: (argmax.len() as u32, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+            let l = Launch::new(self.kernel("pick_argmax_fold"), config)
+                .ptr(logits.ptr())
+                .ptr(meta_buf.ptr)
+                .i32(cols as i32)
+                .ptr(part.ptr)
+                .i32(splits as i32)
                 .ptr(out.ptr);
             self.submit(l);
+            parts = Some(part);
         }
         if !top_k.is_empty() {
             let at = (argmax.len() * 4) as u64;
@@ -95,7 +132,7 @@ impl CudaBackend {
             self.submit(l);
         }
         let words = self.download_words(out.ptr, out_words);
-        drop((edits_buf, meta_buf, out));
+        drop((edits_buf, meta_buf, out, parts));
         let mut picked = vec![Picked::Argmax(0); rows.len()];
         for (b, &i) in argmax.iter().enumerate() {
             picked[i] = Picked::Argmax(words[b]);

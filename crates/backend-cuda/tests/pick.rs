@@ -85,6 +85,76 @@ fn device_picks_equal_the_host_definition() {
     assert!(checked > 10);
 }
 
+/// The argmax is split over blocks of 4,096 columns (up to 64 blocks, longer spans past that):
+/// the largest value placed at each block's edges, tied across neighbouring blocks (the lower
+/// index wins), as +0 against -0 (equal: the lower index wins), below a NaN at index 0 (which
+/// wins) and among NaNs elsewhere (below every number), for rows of one to past 64 blocks.
+#[test]
+fn an_argmax_split_over_blocks_is_the_first_largest() {
+    let Some(b) = device::backend("pick argmax splits") else { return };
+    let mut rng = Rng::new(device::seed() ^ 0xa59);
+    let mut checked = 0;
+    for &cols in &[4_095usize, 4_096, 4_097, 8_193, 128_256, 262_145, 300_001] {
+        // The backend's span (`pick.rs`, `argmax_splits`).
+        let span = cols.div_ceil(cols.div_ceil(4_096).min(64));
+        // Places for the largest value: the row's ends and both sides of the first two and the
+        // last block edges.
+        let mut places: Vec<usize> = vec![0, 1, cols - 1];
+        let last_edge = (cols - 1) / span * span;
+        for e in [span, 2 * span, last_edge] {
+            if e > 0 && e < cols {
+                places.extend([e - 1, e]);
+            }
+        }
+        places.sort_unstable();
+        places.dedup();
+        let mut host = Vec::new();
+        let mut at_of_row = Vec::new();
+        for (i, at) in places.iter().flat_map(|&at| (0..4).map(move |v| (v, at))) {
+            let mut r: Vec<f32> = (0..cols).map(|_| rng.normal() as f32).collect();
+            at_of_row.push(at);
+            match i {
+                // One largest value.
+                0 => r[at] = 9.0,
+                // Tied with the column after it (across a block edge when `at` ends a block).
+                1 => {
+                    r[at] = 9.0;
+                    r[(at + 1).min(cols - 1)] = 9.0;
+                }
+                // -0 and +0 as the largest, NaNs elsewhere below them.
+                2 => {
+                    r.iter_mut().for_each(|v| *v = if rng.below(2) == 0 { f32::NAN } else { -1.0 });
+                    r[0] = -1.0;
+                    r[at] = -0.0;
+                    r[(at + 1).min(cols - 1)] = 0.0;
+                }
+                // A NaN at index 0 wins over the largest anywhere.
+                _ => {
+                    r[at] = 9.0;
+                    r[0] = f32::NAN;
+                }
+            }
+            host.push(r);
+        }
+        let mut t = b.upload(&host.concat(), host.len(), cols);
+        let rows: Vec<PickRow> = (0..host.len())
+            .map(|row| PickRow {
+                row,
+                pick: Pick::Argmax,
+                penalties: Penalties { repetition: 1.0, frequency: 0.0, presence: 0.0 },
+                edits: Vec::new(),
+            })
+            .collect();
+        let got = b.pick(&mut t, &rows);
+        for (r, g) in rows.iter().zip(&got) {
+            let want = pick_host(&host[r.row], r);
+            assert_eq!(bits(g), bits(&want), "cols {cols}, row {} (largest at {})", r.row, at_of_row[r.row]);
+            checked += 1;
+        }
+    }
+    eprintln!("{checked} split argmax rows equal the host definition");
+}
+
 #[test]
 fn device_logprobs_are_the_host_definition_within_its_tolerance() {
     let Some(b) = device::backend("logprobs") else { return };

@@ -46,33 +46,54 @@ extern "C" __global__ void apply_logit_edits(float* __restrict__ logits, const u
     *l = isnan(v) ? __uint_as_float(0x7FC00000u) : v;  // the one NaN of LogitEdit::apply
 }
 
-// Block-wide maximum of one u64 per thread (every thread gets it).
-__device__ u64 block_max_u64(u64 v) {
-    __shared__ u64 part[PICK_THREADS / 32];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const u64 o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = o > v ? o : v;
-    }
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
-    __syncthreads();
-    u64 m = part[0];
-    for (int i = 1; i < PICK_THREADS / 32; i++) m = part[i] > m ? part[i] : m;
-    return m;
-}
-
-// out[b] = the argmax of row rows[b]. A NaN at index 0 wins (nothing is `>` it).
-extern "C" __global__ void __launch_bounds__(PICK_THREADS)
-    pick_argmax(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, unsigned* __restrict__ out) { TL_BLOCK();
+// A row's argmax over gridDim.y blocks (a decode step's one row over one SM took 20 us for
+// Llama 3's 128,256 logits): block (b, s) takes columns [s * span, (s + 1) * span) of row
+// rows[b] and writes the largest packed (key, index) among them to part[b * gridDim.y + s]
+// (0, below every pack, when it has none). The maximum of unique packs is the same in any
+// order, so the split leaves the result as one block's scan would have it.
+#define ARGMAX_THREADS 256
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    pick_argmax_part(const float* __restrict__ logits, const unsigned* __restrict__ rows, int cols, int span,
+                     u64* __restrict__ part) { TL_BLOCK();
     PDL_ENTRY();
     const float* r = logits + (u64)rows[blockIdx.x] * cols;
+    const int end = min(cols, (int)(blockIdx.y + 1) * span);
     u64 best = 0;
-    for (int j = threadIdx.x; j < cols; j += PICK_THREADS) {
+    for (int j = (int)blockIdx.y * span + (int)threadIdx.x; j < end; j += ARGMAX_THREADS) {
         const u64 p = pick_pack(argmax_key(r[j]), j);
         best = p > best ? p : best;
     }
-    best = block_max_u64(best);
-    if (threadIdx.x == 0) out[blockIdx.x] = isnan(r[0]) ? 0u : pick_index(best);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const u64 o = __shfl_xor_sync(0xffffffffu, best, off);
+        best = o > best ? o : best;
+    }
+    __shared__ u64 warp_best[ARGMAX_THREADS / 32];
+    if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < ARGMAX_THREADS / 32; i++) best = warp_best[i] > best ? warp_best[i] : best;
+        part[(u64)blockIdx.x * gridDim.y + blockIdx.y] = best;
+    }
+}
+
+// out[b] = the argmax of row rows[b] from its `splits` parts: one warp a row. A NaN at index 0
+// wins (nothing is `>` it).
+extern "C" __global__ void pick_argmax_fold(const float* __restrict__ logits, const unsigned* __restrict__ rows,
+                                            int cols, const u64* __restrict__ part, int splits,
+                                            unsigned* __restrict__ out) { TL_BLOCK();
+    PDL_ENTRY();
+    u64 best = 0;
+    for (int s = threadIdx.x; s < splits; s += 32) {
+        const u64 p = part[(u64)blockIdx.x * splits + s];
+        best = p > best ? p : best;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const u64 o = __shfl_xor_sync(0xffffffffu, best, off);
+        best = o > best ? o : best;
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = isnan(logits[(u64)rows[blockIdx.x] * cols]) ? 0u : pick_index(best);
 }
 
 // The k best entries of row r by `key` (ties by lower index), best first, as (index, value bits)
