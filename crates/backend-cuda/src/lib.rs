@@ -211,6 +211,12 @@ pub struct CudaBackend {
     /// (`ops_tma::linear_tma_glu`; `PLUMB_CUDA_TMA_GLU=0` or `set_tma_glu(false)`: the two
     /// products, then `silu_mul`). The same bits.
     pub(crate) tma_glu: AtomicBool,
+    /// Whether an RMSNorm runs inside the TMA products of decode rows that read it (the `_norm`
+    /// instances, `ops_fused::tma_norm_fuses`): off unless `PLUMB_CUDA_TMA_NORM=1` or
+    /// [`CudaBackend::set_tma_norm`] (the same bits either way).
+    pub(crate) tma_norm: AtomicBool,
+    /// Launches with the norm inside so far (`tma_norm_launches`, for tests).
+    pub(crate) tma_norm_launches: std::sync::atomic::AtomicU64,
     /// GLU launches so far (`tma_glu_launches`, for tests).
     pub(crate) tma_glu_launches: std::sync::atomic::AtomicU64,
     /// Positions per split of the tensor-core attention's canonical form (`attention_plan::ATM_SPLIT`, or
@@ -393,6 +399,8 @@ impl CudaBackend {
             tile_split: AtomicBool::new(std::env::var("PLUMB_CUDA_TILE_SPLIT").ok().is_none_or(|v| v != "0")),
             tma_glu: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLU").ok().is_none_or(|v| v != "0")),
             tma_glu_launches: 0.into(),
+            tma_norm_launches: 0.into(),
+            tma_norm: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_NORM").is_ok_and(|v| v == "1")),
             linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {
                 Ok("0") => 0,
                 Ok("2") => 2,

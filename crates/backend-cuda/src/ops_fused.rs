@@ -1,7 +1,8 @@
 //! The CUDA backend's fused products (`LinearOps::linear_swiglu`, `linear_add`, `linear_add_norm`,
 //! `norm_linear_multi`, `norm_linear_swiglu`): where a kernel takes its neighbour's work, the
 //! product's launch does it — the split CUDA-core kernel computes an RMSNorm of its input as it
-//! reads it and a SwiGLU of its two products as it folds them, and every `linear` kernel but the
+//! reads it and a SwiGLU of its two products as it folds them, the TMA kernels of decode rows the
+//! RMSNorm as they write their activation tiles, and every `linear` kernel but the
 //! replaced tensor-core ones adds its output into a residual as it stores it — each with the
 //! arithmetic of the op it replaces (kernels/linear.cu), so the bits of the ops apart. Where none
 //! takes it, the ops run apart.
@@ -9,6 +10,7 @@
 use crate::kv::CudaKvCache;
 use crate::ops::rope_qk_half;
 use crate::ops_linear::{LIN_SPLIT_FEAT, LIN_SPLIT_MAX_CHUNKS, splits_k};
+use crate::tma::{TMA_NORM_ROWS, TMA_ROWS};
 use crate::{CudaBackend, CudaTensor, CudaWeight};
 use plumb_core::{
     AttentionOps, Backend, ElementwiseOps, ForwardBatch, KvStore, LinearOps, linear_add_apart, linear_add_norm_apart,
@@ -78,8 +80,27 @@ impl CudaBackend {
             && split_products(x, ws)
     }
 
+    /// Whether rms_norm(x) with `norm` runs inside the TMA launch of `ws` (a `_norm` instance,
+    /// kernels/linear_tma.cu): tensor-core weights of x's width on the TMA kernels, rows of the
+    /// decode instance (`TMA_NORM_ROWS`), a norm weight of x's width, and `PLUMB_CUDA_TMA_NORM`
+    /// not 0 (`set_tma_norm`). The launch writes the activation tiles rms_norm's rounded copy
+    /// would have given it, so the bits are those of the norm, then the products.
+    fn tma_norm_fuses(&self, x: &CudaTensor, norm: &CudaWeight, ws: &[&CudaWeight]) -> bool {
+        let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
+        self.tma_norm.load(Ordering::Relaxed)
+            && self.tma.enabled
+            && x.cols > 0
+            && x.cols.is_multiple_of(8)
+            && (1..=TMA_NORM_ROWS).contains(&x.padded_rows)
+            && norm.dense_ptr.is_some()
+            && norm.cols == x.cols
+            && ws.iter().all(|w| w.mma && w.cols == x.cols && w.rows > 0)
+            && TMA_ROWS[self.tma.kernel(x.padded_rows, tiles).0] == TMA_NORM_ROWS
+    }
+
     /// `norm_linear_multi`: runs of up to three weights (as `linear_multi` groups them), each
-    /// launch computing the norm inside its blocks where `norm_fuses`, else the two apart.
+    /// launch computing the norm inside its blocks where `tma_norm_fuses` or `norm_fuses`, else
+    /// the two apart.
     pub(crate) fn fused_norm_linear(
         &self,
         x: &CudaTensor,
@@ -88,7 +109,7 @@ impl CudaBackend {
         outs: &mut [&mut CudaTensor],
     ) {
         assert_eq!(ws.len(), outs.len(), "norm_linear_multi: one output per weight");
-        if !self.norm_fuses(x, norm.0, ws) {
+        if !self.norm_fuses(x, norm.0, ws) && !self.tma_norm_fuses(x, norm.0, ws) {
             return norm_linear_apart(self, x, norm, ws, outs);
         }
         let fuse = Fuse { norm: Some((norm.0.dense_ptr.expect("checked"), norm.1)), ..Fuse::default() };
@@ -111,6 +132,17 @@ impl CudaBackend {
     ) {
         let glu = self.swiglu_fuses(x, gate, up);
         match norm {
+            Some(n) if self.tma_norm_fuses(x, n.0, &[gate, up]) => {
+                // One TMA launch with the norm and the SwiGLU inside where its tasks keep whole
+                // K, else the norm inside the two products and silu_mul after.
+                let inside = Some((n.0.dense_ptr.expect("checked"), n.1));
+                if self.linear_tma_glu(x, gate, up, out, None, inside) {
+                    return;
+                }
+                let (mut g, mut u) = (self.tensor(x.rows, gate.rows), self.tensor(x.rows, up.rows));
+                self.fused_norm_linear(x, n, &[gate, up], &mut [&mut g, &mut u]);
+                return self.silu_mul(&g, &u, out);
+            }
             Some(n) if !self.norm_fuses(x, n.0, &[gate, up]) => {
                 return self.fused_swiglu(&norm_apart(self, x, n), None, gate, up, out);
             }
@@ -122,7 +154,7 @@ impl CudaBackend {
             }
             None if !glu => {
                 // Tensor-core weights: one TMA launch where its tasks keep whole K.
-                if self.linear_tma_glu(x, gate, up, out, None) {
+                if self.linear_tma_glu(x, gate, up, out, None, None) {
                     return;
                 }
                 return swiglu_apart(self, x, gate, up, out);
@@ -176,6 +208,17 @@ impl CudaBackend {
         norm: (&CudaWeight, f32),
     ) -> Option<CudaTensor> {
         if self.fuse_norm.load(Ordering::Relaxed) && !w.mma && splits_k(x.padded_rows, acc.cols) {
+            self.fused_linear_add(x, w, acc);
+            return None;
+        }
+        // Tensor-core weights at decode rows: the next products' TMA launch computes the norm
+        // (`tma_norm_fuses`; where it cannot, they run it apart).
+        let tma_next = self.tma_norm.load(Ordering::Relaxed)
+            && self.tma.enabled
+            && w.mma
+            && (1..=TMA_NORM_ROWS).contains(&x.padded_rows)
+            && norm.0.cols == acc.cols;
+        if tma_next && self.residual_in_store(x, w) {
             self.fused_linear_add(x, w, acc);
             return None;
         }

@@ -143,8 +143,9 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         if ws[0].mma && self.tma.enabled {
-            assert!(!fuse.glu && fuse.norm.is_none() && fuse.rope.is_none(), "linear_tma: fuses only a residual add");
-            self.linear_tma(x, ws, outs, rounded, fuse.resid);
+            assert!(!fuse.glu && fuse.rope.is_none(), "linear_tma: fuses a residual add or the norm of x");
+            assert!(!(fuse.resid && fuse.norm.is_some()), "linear_tma: the norm inside adds into no residual");
+            self.linear_tma(x, ws, outs, rounded, fuse.resid, fuse.norm);
         } else if ws[0].mma {
             assert!(fuse == Fuse::default(), "linear_mma: fuses nothing");
             let own = rounded.is_none().then(|| self.rounded(x));

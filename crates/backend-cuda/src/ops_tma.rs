@@ -10,8 +10,8 @@ use crate::launch::Launch;
 use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
 use crate::pool::DeviceBuf;
 use crate::tma::{
-    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl, tma_name_glu, tma_smem,
-    tma_threads,
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl,
+    tma_name_glu, tma_name_norm, tma_smem, tma_smem_norm, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
@@ -33,8 +33,9 @@ pub(crate) struct TmaCall {
 
 /// The TMA kernels' arguments after their four tensor maps, in the kernels' order
 /// (kernels/linear_tma.cu): up to three outputs and their weights' features, the rows, K, chunks a
-/// split, the split's partials and arrival counters (0: none), the residual add, and where a GLU
-/// launch writes its rounded copy (0: none).
+/// split, the split's partials and arrival counters (0: none), the residual add, where a GLU
+/// launch writes its rounded copy (0: none), and for the `_norm` instances x (f32), the norm's
+/// weight and epsilon (zeros for the others, which never read them).
 struct TmaArgs {
     outs: [u64; 3],
     rows: usize,
@@ -45,6 +46,7 @@ struct TmaArgs {
     counters: u64,
     resid: bool,
     xb: u64,
+    norm: (u64, u64, f32),
 }
 
 impl TmaArgs {
@@ -64,6 +66,9 @@ impl TmaArgs {
             .ptr(self.counters)
             .i32(self.resid as i32)
             .ptr(self.xb)
+            .ptr(self.norm.0)
+            .ptr(self.norm.1)
+            .f32(self.norm.2)
     }
 }
 
@@ -95,7 +100,8 @@ impl CudaBackend {
 
     /// `linear` of up to three weights of one input on the TMA kernels, `rounded` the input as
     /// `round_bf16` makes it where the caller has it, the product added into the outputs with
-    /// `resid`.
+    /// `resid`; with `norm` (the norm weight's pointer and epsilon), of rms_norm(x) computed
+    /// inside the launch (a `_norm` instance: the caller has checked `tma_norm_fuses`).
     pub(crate) fn linear_tma(
         &self,
         x: &CudaTensor,
@@ -103,6 +109,7 @@ impl CudaBackend {
         outs: &mut [&mut CudaTensor],
         rounded: Option<&DeviceBuf>,
         resid: bool,
+        norm: Option<(u64, f32)>,
     ) {
         let rows = x.padded_rows;
         let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
@@ -111,17 +118,25 @@ impl CudaBackend {
         let features: usize = ws.iter().map(|w| w.rows).sum();
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
-        let own = rounded.is_none().then(|| self.rounded(x));
-        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n / cl);
         let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
+        // The norm inside reads x itself: no rounded copy, and a map of x never read (weight 0's).
+        assert!(norm.is_none() || (n, ft, cl) == (TMA_NORM_ROWS, 128, 1), "linear_tma: the norm inside at decode rows");
+        let xmap = match norm {
+            Some(_) => wmaps[0],
+            None => {
+                let own = rounded.is_none().then(|| self.rounded(x));
+                let input = own.as_ref().or(rounded).expect("rounded above").ptr;
+                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
+            }
+        };
         let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
         let grid =
             if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
+        let smem = if norm.is_some() { tma_smem_norm(n) } else { tma_smem(n, ft) };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: tma_smem(n, ft) as u32,
+            shared_mem_bytes: smem as u32,
         };
         // The last block of a tile folds a few rows' partials; more rows fold in a launch of
         // their own, every element in parallel.
@@ -139,7 +154,8 @@ impl CudaBackend {
         let outputs = |l: Launch| {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
-        let l = Launch::new(self.kernel(&tma_name_cl(n, ft, kc, cl)), cfg)
+        let name = if norm.is_some() { tma_name_norm(n, kc, false) } else { tma_name_cl(n, ft, kc, cl) };
+        let l = Launch::new(self.kernel(&name), cfg)
             .cluster(cl as u32)
             .tensor_map(&xmap)
             .tensor_map(&wmaps[0])
@@ -156,8 +172,10 @@ impl CudaBackend {
             counters,
             resid: resid && !fold_apart,
             xb: 0,
+            norm: norm.map_or((0, 0, 0.0), |(w, eps)| (x.ptr(), w, eps)),
         };
         self.submit(args.push(l));
+        self.tma_norm_launches.fetch_add(norm.is_some() as u64, Ordering::Relaxed);
         if let Some(part) = part.filter(|_| fold_apart) {
             let l = Launch::new(self.kernel("fold_chunks"), grid_1d(rows * features)).ptr(part.ptr);
             self.submit(outputs(l).i32(num_chunks as i32).i32(resid as i32));
@@ -172,7 +190,8 @@ impl CudaBackend {
     /// arithmetic on the folds `linear_multi` makes, so its bits. Where the launch `linear_multi`
     /// would make of [gate, up] runs 128-feature tasks a CTA a cluster on at most
     /// `TMA_GLU_MAX_ROWS` rows, and `PLUMB_CUDA_TMA_GLU` is not 0 (`set_tma_glu`); false where it
-    /// does not apply, and nothing ran.
+    /// does not apply, and nothing ran. With `norm` (the norm weight's pointer and epsilon), of
+    /// rms_norm(x) computed inside (a `_norm` instance: `TMA_NORM_ROWS` rows).
     pub(crate) fn linear_tma_glu(
         &self,
         x: &CudaTensor,
@@ -180,6 +199,7 @@ impl CudaBackend {
         up: &CudaWeight,
         out: &mut CudaTensor,
         rounded: Option<&DeviceBuf>,
+        norm: Option<(u64, f32)>,
     ) -> bool {
         let rows = x.padded_rows;
         let same = (gate.ty, gate.rows, gate.cols, gate.row_bytes) == (up.ty, up.rows, up.cols, up.row_bytes);
@@ -190,21 +210,28 @@ impl CudaBackend {
         let (cols, n0) = (gate.cols, gate.rows);
         let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } =
             self.tma_call(rows, 2 * n0.div_ceil(128), cols);
-        if ft != 128 || cl != 1 {
+        if ft != 128 || cl != 1 || (norm.is_some() && n != TMA_NORM_ROWS) {
             return false;
         }
-        let own = rounded.is_none().then(|| self.rounded(x));
-        let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-        let xmap = bf16_tile_map(input, cols, rows, cols * 2, n);
         let gmap = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, 64);
         let umap = bf16_tile_map(up.ptr, cols, n0, up.row_bytes, 64);
+        // The norm inside reads x itself: no rounded copy, and a map of x never read (gate's).
+        let xmap = match norm {
+            Some(_) => gmap,
+            None => {
+                let own = rounded.is_none().then(|| self.rounded(x));
+                let input = own.as_ref().or(rounded).expect("rounded above").ptr;
+                bf16_tile_map(input, cols, rows, cols * 2, n)
+            }
+        };
         // A task is a pair of 64-feature tiles, one of gate and one of up.
         let pairs = n0.div_ceil(64);
         let tasks = rows.div_ceil(n) * pairs * splits;
         let cfg = LaunchConfig {
             grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: (tma_smem(n, ft) + TMA_GLU_XCH_BYTES) as u32,
+            shared_mem_bytes: (if norm.is_some() { tma_smem_norm(n) } else { tma_smem(n, ft) } + TMA_GLU_XCH_BYTES)
+                as u32,
         };
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * 2 * n0 * 4));
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
@@ -214,7 +241,8 @@ impl CudaBackend {
         let xb = round.then(|| self.alloc(rows * n0 * 2));
         let xb_ptr = xb.as_ref().map_or(0, |b| b.ptr);
         let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
-        let l = Launch::new(self.kernel(&tma_name_glu(n, kc)), cfg)
+        let name = if norm.is_some() { tma_name_norm(n, kc, true) } else { tma_name_glu(n, kc) };
+        let l = Launch::new(self.kernel(&name), cfg)
             .tensor_map(&xmap)
             .tensor_map(&gmap)
             .tensor_map(&umap)
@@ -229,6 +257,7 @@ impl CudaBackend {
             counters,
             resid: false,
             xb: xb_ptr,
+            norm: norm.map_or((0, 0, 0.0), |(w, eps)| (x.ptr(), w, eps)),
         };
         self.submit(args.push(l));
         if fold_apart {
@@ -242,6 +271,7 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
+        self.tma_norm_launches.fetch_add(norm.is_some() as u64, Ordering::Relaxed);
         true
     }
 }
@@ -265,9 +295,10 @@ mod tests {
             counters: 0x50,
             resid: true,
             xb: 0x60,
+            norm: (0x70, 0x80, 1e-5),
         };
         let want = test_launch(1, 4).ptr(0x10).ptr(0x20).ptr(0x30).i32(8).i32(576).i32(192).i32(64).i32(4096);
-        let want = want.i32(2).ptr(0x40).ptr(0x50).i32(1).ptr(0x60);
+        let want = want.i32(2).ptr(0x40).ptr(0x50).i32(1).ptr(0x60).ptr(0x70).ptr(0x80).f32(1e-5);
         assert_eq!(args.push(test_launch(1, 4)).difference(&want), None);
     }
 }

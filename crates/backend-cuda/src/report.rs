@@ -63,6 +63,12 @@ impl CudaBackend {
         self.fuse_norm.store(on, Ordering::Relaxed);
     }
 
+    /// Runs RMSNorm inside the TMA products of decode rows that read it (on) or as its own launch
+    /// (off): the same bits, so the tests hold both paths to them whatever the default.
+    pub fn set_tma_norm(&self, on: bool) {
+        self.tma_norm.store(on, Ordering::Relaxed);
+    }
+
     /// Runs `linear_wide` as a persistent grid of `blocks` blocks, each walking groups of
     /// features (None: a block a group, the default), so a test can make each block walk many
     /// groups: the same bits.
@@ -108,6 +114,11 @@ impl CudaBackend {
     }
 
     /// How many gate|up pairs ran as one TMA launch with the SwiGLU (`set_tma_glu`) so far.
+    pub fn tma_norm_launches(&self) -> u64 {
+        self.tma_norm_launches.load(Ordering::Relaxed)
+    }
+
+    /// TMA launches of gate|up with the SwiGLU inside so far (for tests).
     pub fn tma_glu_launches(&self) -> u64 {
         self.tma_glu_launches.load(Ordering::Relaxed)
     }
@@ -123,7 +134,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 27] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 28] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -142,6 +153,7 @@ impl CudaBackend {
             ("staged_quant_loads", self.staged_loads),
             ("fused_swiglu", self.fuse_swiglu),
             ("fused_norm_prologue", self.fuse_norm.load(Ordering::Relaxed)),
+            ("norm_inside_decode_tma_products", self.tma_norm.load(Ordering::Relaxed)),
             ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),

@@ -213,6 +213,7 @@ fn the_residual_add_and_the_norm_after_it_give_the_bits_of_the_ops_apart() {
     // `linear`, `add` and `rms_norm` apart.
     for norm_in in [false, true] {
         b.set_fuse_norm(norm_in);
+        b.set_tma_norm(norm_in);
         for ty in [GgmlType::Q4_1, GgmlType::F32, GgmlType::BF16] {
             let (n, k) = (576usize, 1536usize);
             let (w, norm) = (weight(&b, &mut rng, ty, n, k), norm_weight(&b, &mut rng, n));
@@ -239,6 +240,7 @@ fn the_residual_add_and_the_norm_after_it_give_the_bits_of_the_ops_apart() {
         }
     }
     b.set_fuse_norm(false);
+    b.set_tma_norm(false);
     eprintln!("linear_add_norm: the bits of linear, add and rms_norm apart");
 }
 
@@ -290,6 +292,62 @@ fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
         }
     }
     eprintln!("norm_linear_multi, norm_linear_swiglu: the bits of the norm apart");
+}
+
+#[test]
+fn the_norm_inside_the_tma_products_gives_the_bits_of_the_norm_apart() {
+    let Some(b) = device::backend("norm_linear (TMA)") else { return };
+    if b.linear_inputs(GgmlType::BF16, 576) != plumb_core::LinearInputs::Bf16
+        || b.kernel_choices()[0] != ("linear_tma", true)
+    {
+        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+        return;
+    }
+    let mut rng = Rng::new(device::seed() ^ 0x7a0);
+    // Decode rows' tensor-core products compute rms_norm(x) inside their TMA launch (the `_norm`
+    // instances): each consumer warpgroup writes its activation tiles from x, swizzled and
+    // k-permuted as the norm's rounded copy would have arrived. Every output must equal `rms_norm`
+    // then the products, and the SwiGLU after it in one launch and apart, for K ending in a
+    // partial stage (576), of one norm batch (4,096: whole K and split over blocks) and past it
+    // (8,448), widths ending in partial tiles, one to eight rows, and nine (the norm apart).
+    let before = b.tma_norm_launches();
+    let cases: [([usize; 3], usize); 4] =
+        [([192, 192, 576], 576), ([300, 300, 8], 4096), ([1536, 1536, 64], 4096), ([96, 96, 40], 8448)];
+    for (widths, k) in cases {
+        let ws: Vec<_> = widths.iter().map(|&n| weight(&b, &mut rng, GgmlType::BF16, n, k)).collect();
+        let refs: Vec<_> = ws.iter().collect();
+        let norm = norm_weight(&b, &mut rng, k);
+        for m in [1, 2, 5, 8, 9] {
+            let what = format!("{widths:?}x{k}, {m} rows");
+            let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
+            b.set_tma_norm(false);
+            let mut apart: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
+            plumb_core::norm_linear_apart(&b, &x, (&norm, 1e-5), &refs, &mut apart.iter_mut().collect::<Vec<_>>());
+            let mut glu_apart = b.tensor(m, widths[0]);
+            let normed = plumb_core::norm_apart(&b, &x, (&norm, 1e-5));
+            plumb_core::swiglu_apart(&b, &normed, &ws[0], &ws[1], &mut glu_apart);
+            let glu_want = b.download(&glu_apart);
+            assert!(glu_want.iter().all(|v| v.is_finite()), "{what}: non-finite SwiGLU");
+            b.set_tma_norm(true);
+            let mut fused: Vec<_> = widths.iter().map(|&n| b.tensor(m, n)).collect();
+            b.norm_linear_multi(&x, (&norm, 1e-5), &refs, &mut fused.iter_mut().collect::<Vec<_>>());
+            for (i, (f, a)) in fused.iter().zip(&apart).enumerate() {
+                let (got, want) = (b.download(f), b.download(a));
+                assert!(want.iter().all(|v| v.is_finite()), "{what}: non-finite output");
+                assert_same_bits(&got, &want, &|| format!("{what}: weight {i} with the norm inside"));
+            }
+            for glu in [true, false] {
+                b.set_tma_glu(glu);
+                let mut g = b.tensor(m, widths[0]);
+                b.norm_linear_swiglu(&x, (&norm, 1e-5), &ws[0], &ws[1], &mut g);
+                assert_same_bits(&b.download(&g), &glu_want, &|| format!("{what}: the SwiGLU, GLU launch {glu}"));
+            }
+            b.set_tma_glu(true);
+        }
+    }
+    b.set_tma_norm(false);
+    assert!(b.tma_norm_launches() > before, "no launch computed the norm inside");
+    eprintln!("norm inside the TMA products: {} launches, the bits apart", b.tma_norm_launches() - before);
 }
 
 #[test]

@@ -194,34 +194,114 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
 // Stages of a block with N rows and FT features: six for the 128-row tile and five for the
 // 192-row one (one block per SM), else as many as leave room for two blocks per SM.
 // `tma::tma_smem` sizes the launch from the same table: change both.
-__host__ __device__ constexpr int tma_stages(int n, int ft) {
-    return ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
+__host__ __device__ constexpr int tma_stages(int n, int ft, bool nrm = false) {
+    return nrm ? 5 : ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
 }
 // The 192-row tile's consumers hold 2 x 96 accumulators a thread: its block is three warpgroups
 // (the third the producer's), which hand registers over with setmaxnreg — 40 for the producer's,
 // 232 for each consumer's (a sub-partition's 16K registers: 40 + 2 x 232 per warp slot of 32).
 // The others are nine warps with at most 168 registers each (three warps on a sub-partition).
 __host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
-__host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
+// Under NRM (the norm inside: `_norm` instances) a stage holds the weight tile and one activation
+// tile of each consumer warpgroup's own, which it writes itself (`tma_norm_stage`).
+__host__ __device__ constexpr int tma_stage_bytes(int n, int ft, bool nrm = false) {
+    return ft * 128 + (nrm ? 2 : 1) * n * 128;
+}
 // Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
 // GLU_XCH x 128 floats (8 KB) of shared memory past the stages (`tma::TMA_GLU_XCH_BYTES`).
 #define GLU_XCH 16
 
+// The norm inside a launch (NRM, the `_norm` instances: `ops_tma`'s rms_norm(x) with the norm
+// weight `nw` in the products of decode rows): where the other instances take rms_norm's rounded
+// output by TMA, each consumer warpgroup writes the activation tile of a stage itself from x, the
+// values rms_norm's rounded copy holds, so the products' bits are those of the norm then the
+// products (`tests/fused.rs`), with no norm launch before. Loads of a row a thread issues at once.
+#define TMA_NORM_BATCH 16
+
+// 1 / sqrt(mean of squares + eps) of rows r0 .. r0 + nr - 1 of x into inv[], by the 256 consumer
+// threads (named barrier 1) with rms_norm's arithmetic (elementwise.cu's rms_norm_one and
+// norm_inv): thread t sums the squares of columns t, t + 256, ... in one fmaf chain, warps reduce
+// by the xor butterfly, and the eight warp sums fold left in warp order (`norm_inv_of`).
+template <int N>
+__device__ __forceinline__ void tma_norm_inv(const float* __restrict__ x, int r0, int nr, int cols, float eps,
+                                             float* inv) {
+    __shared__ float sums[N][LIN_NORM_THREADS / 32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int n = 0; n < nr; n++) {
+        const float* xr = x + (u64)(r0 + n) * cols;
+        float s = 0.0f;
+        for (int j0 = threadIdx.x; j0 < cols; j0 += TMA_NORM_BATCH * LIN_NORM_THREADS) {
+            float v[TMA_NORM_BATCH];
+#pragma unroll
+            for (int u = 0; u < TMA_NORM_BATCH; u++) {
+                const int j = j0 + u * LIN_NORM_THREADS;
+                v[u] = j < cols ? xr[j] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < TMA_NORM_BATCH; u++)
+                if (j0 + u * LIN_NORM_THREADS < cols) s = fmaf(v[u], v[u], s);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+        if (lane == 0) sums[n][warp] = s;
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if ((int)threadIdx.x < nr) inv[threadIdx.x] = norm_inv_of(sums[threadIdx.x], cols, eps);
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// Warpgroup wg's activation tile of stage s (K from s · 64) at `slot`: row n (the task's row
+// r0 + n) as rms_norm's rounded copy holds it, bf16 of (x · inv) · nw k-permuted (`kperm`: stored
+// word w of a group of 16 holds word 4 (w % 4) + w / 4), in the 128-byte swizzle a TMA copy gives
+// it (16-byte piece c of row n at piece c ^ (n % 8)); zeros past the rows and K, as TMA fills.
+// Then visible to the tensor cores (the async proxy) once the warpgroup's barrier has passed.
+template <int N>
+__device__ __forceinline__ void tma_norm_stage(u32 slot, const float* __restrict__ x, const float* __restrict__ nw,
+                                               const float* inv, int r0, int nr, int cols, int s, int wg) {
+    static_assert(N % 4 == 0, "a warpgroup writes whole rounds of 128 words");
+    const int tid = threadIdx.x % 128;
+#pragma unroll
+    for (int round = 0; round < N / 4; round++) {
+        const int idx = tid + 128 * round, n = idx / 32, w = idx % 32, ws = w % 16;
+        const int k = s * WG_KS + (w / 16) * 32 + 2 * (4 * (ws % 4) + ws / 4);
+        u32 word = 0;
+        if (n < nr && k < cols) {
+            const float2 v = *(const float2*)(x + (u64)(r0 + n) * cols + k);
+            const float2 g = *(const float2*)(nw + k);
+            const float y0 = __fmul_rn(__fmul_rn(v.x, inv[n]), g.x);
+            const float y1 = __fmul_rn(__fmul_rn(v.y, inv[n]), g.y);
+            word = bf16_bits(y0) | bf16_bits(y1) << 16;
+        }
+        const u32 at = slot + n * 128 + ((w / 4) ^ (n % 8)) * 16 + (w % 4) * 4;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(word) : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // Named barriers 2 and 3, one a warpgroup (immediates: a register id reserves all sixteen).
+    if (wg == 0)
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+}
+
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT, int SPC, int CL, bool GLU>
+template <int N, int FT, int SPC, int CL, bool GLU, bool NRM>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
                                            float* __restrict__ part, u32* __restrict__ counters, int resid,
-                                           unsigned short* __restrict__ xb) {
+                                           unsigned short* __restrict__ xb, const float* __restrict__ nx,
+                                           const float* __restrict__ nw, float eps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
     // SPC: stages of 64 of K in a chunk (the weight's fold chunk, 256 or 1,024: ops_linear::fold_chunk).
-    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
+    constexpr int STAGES = tma_stages(N, FT, NRM), STAGE = tma_stage_bytes(N, FT, NRM), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
+    // NRM: the producer copies only the weight tile; the consumers write x's (`tma_norm_stage`).
+    constexpr int TX = NRM ? W_BYTES : STAGE;
+    static_assert(!NRM || (FT == 128 && CL == 1), "the norm inside: 128 features a task, one CTA");
     static_assert(FT == 128 || (FT == 64 && N >= 16), "64-feature tasks split at least 16 rows");
     // CL: CTAs of a cluster (1 or 2). Two take a pair of feature tiles of the same rows and K, in
     // lockstep, and each copies half of the rows of x to both (`multicast`): x crosses from L2 once
@@ -299,7 +379,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 bool own;
                 task(first, r0, c_lo, c_hi, ft, own);
                 for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
-                    mbar_expect_tx(full0 + 8 * early, STAGE);
+                    mbar_expect_tx(full0 + 8 * early, TX);
                     load_w(base + early * STAGE, s, ft, full0 + 8 * early);
                 }
             }
@@ -314,13 +394,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
                     if (i >= early) {
-                        mbar_expect_tx(full, STAGE);
+                        mbar_expect_tx(full, TX);
                         load_w(dst, s, ft, full);
                     }
                     if constexpr (CL == 2) {
                         tma_load_2d_multicast(dst + W_BYTES + rank * X_ROWS * 128, &xmap, s * WG_KS,
                                               r0 + rank * X_ROWS, full, 0x3);
-                    } else {
+                    } else if constexpr (!NRM) {
                         tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
                     }
                 }
@@ -337,6 +417,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
     int i = 0;  // stages consumed, over all tasks
+    // NRM: 1 / rms of the task's rows (recomputed where a task starts other rows) and how many.
+    __shared__ float ninv[NRM ? N : 1];
+    int inv_r0 = -1, nr = 0;
     // A stage goes back to every CTA of the cluster: each one's copy of x lands in all of them.
     auto release = [&](int b) {
         mbar_arrive(empty0 + 8 * b);
@@ -353,15 +436,25 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         const int n_out = GLU ? n0 : pick3(sg.s, n0, n1, n2);
         const int m0 = GLU ? ft * 64 + 16 * warp + g : sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
         const int n0w = r0 + (FT == 128 ? 0 : wg * NW);
+        if constexpr (NRM) {
+            nr = min(N, num_rows - r0);
+            if (r0 != inv_r0) tma_norm_inv<N>(nx, r0, nr, k_in, eps, ninv);
+            inv_r0 = r0;
+        }
         float d[NW / 2], acc[NW / 2];
         for (int c = c_lo; c < c_hi; c++) {
 #pragma unroll
             for (int q = 0; q < SPC; q++, i++) {
                 const int b = i % STAGES;
+                // NRM: this warpgroup's tile of x, written while the weights arrive (its wgmma of
+                // this buffer's last stage completed: at most one stage stays in flight).
+                if constexpr (NRM)
+                    tma_norm_stage<N>(base + b * STAGE + W_BYTES + wg * (N * 128), nx, nw, ninv, r0, nr, k_in,
+                                      c * SPC + q, wg);
                 mbar_wait(full0 + 8 * b, (i / STAGES) & 1);
                 // A warpgroup's rows of x start at a multiple of 8 rows (1,024 bytes: whole swizzle atoms).
                 const u32 a = base + b * STAGE + (FT == 128 ? wg * (64 * 128) : 0);
-                const u32 x = base + b * STAGE + W_BYTES + (FT == 128 ? 0 : wg * (NW * 128));
+                const u32 x = base + b * STAGE + W_BYTES + (NRM ? wg * (N * 128) : FT == 128 ? 0 : wg * (NW * 128));
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                 for (int step = 0; step < WG_KS / 16; step++)
@@ -487,26 +580,33 @@ extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float
 // One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
 // the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
 // accumulators of the 64-row instance at its 96 registers).
-#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, false, NAME, BLOCKS)
-#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, false, NAME, BLOCKS)
-#define LINEAR_TMA_G(N, FT, SPC, CL, GLU, NAME, BLOCKS)                                                             \
+#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, false, false, NAME, BLOCKS)
+#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, false, false, NAME, BLOCKS)
+#define LINEAR_TMA_G(N, FT, SPC, CL, GLU, NRM, NAME, BLOCKS)                                                        \
     extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
         const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
         float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb) { TL_BLOCK();                                  \
+        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb, const float* __restrict__ nx,         \
+        const float* __restrict__ nw, float eps) { TL_BLOCK();                                                       \
         PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
-        linear_tma<N, FT, SPC, CL, GLU>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2, k_in,     \
-                                        chunks_per_split, part, counters, resid, xb);                              \
+        linear_tma<N, FT, SPC, CL, GLU, NRM>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2,      \
+                                             k_in, chunks_per_split, part, counters, resid, xb, nx, nw, eps);      \
     }
 #define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
     LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
     LINEAR_TMA(N, FT, 16, NAME##_k1024, BLOCKS)
 // gate|up with the SwiGLU (`GLU`): 128 features a task, one CTA a cluster, up to 64 rows (at 2,048
 // rows the 192-row tile's store of the SwiGLU cost more than the silu_mul launch it saved).
-#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                   \
-    LINEAR_TMA_G(N, 128, 4, 1, true, NAME##_glu, BLOCKS) \
-    LINEAR_TMA_G(N, 128, 16, 1, true, NAME##_glu_k1024, BLOCKS)
+#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                          \
+    LINEAR_TMA_G(N, 128, 4, 1, true, false, NAME##_glu, BLOCKS) \
+    LINEAR_TMA_G(N, 128, 16, 1, true, false, NAME##_glu_k1024, BLOCKS)
+// The norm inside (`_norm`, NRM), of the products alone and of gate|up with the SwiGLU: decode rows.
+#define LINEAR_TMA_NORM(N, NAME, BLOCKS)                                  \
+    LINEAR_TMA_G(N, 128, 4, 1, false, true, NAME##_norm, BLOCKS)         \
+    LINEAR_TMA_G(N, 128, 16, 1, false, true, NAME##_norm_k1024, BLOCKS)  \
+    LINEAR_TMA_G(N, 128, 4, 1, true, true, NAME##_glu_norm, BLOCKS)      \
+    LINEAR_TMA_G(N, 128, 16, 1, true, true, NAME##_glu_norm_k1024, BLOCKS)
 LINEAR_TMA_KC(8, 128, n8, 2)
 LINEAR_TMA_KC(16, 128, n16, 2)
 LINEAR_TMA_KC(32, 128, n32, 2)
@@ -523,3 +623,4 @@ LINEAR_TMA_GLU(8, n8, 2)
 LINEAR_TMA_GLU(16, n16, 2)
 LINEAR_TMA_GLU(32, n32, 2)
 LINEAR_TMA_GLU(64, n64, 2)
+LINEAR_TMA_NORM(8, n8, 2)
