@@ -11,7 +11,7 @@ use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, k
 use crate::pool::DeviceBuf;
 use crate::tma::{
     TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl,
-    tma_name_glu, tma_name_norm, tma_smem, tma_smem_norm, tma_threads,
+    tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
@@ -132,11 +132,10 @@ impl CudaBackend {
         let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
         let grid =
             if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
-        let smem = if norm.is_some() { tma_smem_norm(n) } else { tma_smem(n, ft) };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: tma_smem(n, ft) as u32,
         };
         // The last block of a tile folds a few rows' partials; more rows fold in a launch of
         // their own, every element in parallel.
@@ -230,8 +229,7 @@ impl CudaBackend {
         let cfg = LaunchConfig {
             grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: (if norm.is_some() { tma_smem_norm(n) } else { tma_smem(n, ft) } + TMA_GLU_XCH_BYTES)
-                as u32,
+            shared_mem_bytes: (tma_smem(n, ft) + TMA_GLU_XCH_BYTES) as u32,
         };
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * 2 * n0 * 4));
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;

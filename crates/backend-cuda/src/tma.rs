@@ -91,13 +91,6 @@ pub(crate) fn tma_smem(n: usize, ft: usize) -> usize {
 /// Rows of the instances that compute rms_norm(x) inside (the `_norm` instances: decode rows).
 pub(crate) const TMA_NORM_ROWS: usize = 8;
 
-/// Dynamic shared memory of a `_norm` instance of `n` rows (128 features a task): five stages
-/// of the weight tile and an activation tile for each of the two consumer warpgroups, which
-/// write their own (`tma_stages` and `tma_stage_bytes` in the kernel), and the alignment slack.
-pub(crate) fn tma_smem_norm(n: usize) -> usize {
-    5 * (128 * 128 + 2 * n * 128) + 1024
-}
-
 /// The name of the instance of `n` rows with the norm inside (`TMA_NORM_ROWS`) for a weight
 /// folded in chunks of `kc`: of the products alone, or with `glu` of gate|up with the SwiGLU.
 pub(crate) fn tma_name_norm(n: usize, kc: usize, glu: bool) -> String {
@@ -123,9 +116,7 @@ pub(crate) const TMA_GLU_XCH_BYTES: usize = 16 * 128 * 4;
 pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
-    if let Some(rest) = rest.strip_suffix("_norm") {
-        return Some(tma_smem_norm(rest.strip_suffix("_glu").unwrap_or(rest).parse().ok()?));
-    }
+    let rest = rest.strip_suffix("_norm").unwrap_or(rest);
     let rest = rest.strip_suffix("_glu").unwrap_or(rest);
     let rest = rest.strip_suffix("_c2").unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
@@ -292,10 +283,8 @@ mod tests {
         // The norm inside: its own stages, named after the plain and GLU instances.
         assert_eq!(super::tma_name_norm(8, 1024, true), "linear_tma_bf16_n8_glu_norm_k1024");
         assert_eq!(super::tma_name_norm(8, 256, false), "linear_tma_bf16_n8_norm");
-        assert_eq!(tma_smem_of("linear_tma_bf16_n8_norm_k1024"), Some(5 * (128 * 128 + 2 * 8 * 128) + 1024));
-        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n8_glu_norm"), Some(super::tma_smem_norm(8) + 8192));
-        // Two blocks an SM of 228 KB (1 KB of each the driver's), with a GLU launch's exchange.
-        assert!(2 * (super::tma_smem_norm(super::TMA_NORM_ROWS) + super::TMA_GLU_XCH_BYTES + 1024) <= 228 * 1024);
+        assert_eq!(tma_smem_of("linear_tma_bf16_n8_norm_k1024"), Some(tma_smem(8, 128)));
+        assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n8_glu_norm"), Some(tma_smem(8, 128) + 8192));
         // Two blocks of each few-row instance fit an H200 SM's 227 KB.
         for n in [8, 16, 32, 64] {
             for ft in [64, 128] {

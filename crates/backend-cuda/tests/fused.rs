@@ -305,8 +305,8 @@ fn the_norm_inside_the_tma_products_gives_the_bits_of_the_norm_apart() {
     }
     let mut rng = Rng::new(device::seed() ^ 0x7a0);
     // Decode rows' tensor-core products compute rms_norm(x) inside their TMA launch (the `_norm`
-    // instances): each consumer warpgroup writes its activation tiles from x, swizzled and
-    // k-permuted as the norm's rounded copy would have arrived. Every output must equal `rms_norm`
+    // instances): the consumers write the activation tiles from x, swizzled and k-permuted as the
+    // norm's rounded copy would have arrived. Every output must equal `rms_norm`
     // then the products, and the SwiGLU after it in one launch and apart, for K ending in a
     // partial stage (576), of one norm batch (4,096: whole K and split over blocks) and past it
     // (8,448), widths ending in partial tiles, one to eight rows, and nine (the norm apart).

@@ -194,26 +194,22 @@ __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], u64 da, u64 db, int a
 // Stages of a block with N rows and FT features: six for the 128-row tile and five for the
 // 192-row one (one block per SM), else as many as leave room for two blocks per SM.
 // `tma::tma_smem` sizes the launch from the same table: change both.
-__host__ __device__ constexpr int tma_stages(int n, int ft, bool nrm = false) {
-    return nrm ? 5 : ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
+__host__ __device__ constexpr int tma_stages(int n, int ft) {
+    return ft == 64 ? 6 : n == 128 ? 6 : n == 8 ? 6 : n == 64 ? 4 : 5;
 }
 // The 192-row tile's consumers hold 2 x 96 accumulators a thread: its block is three warpgroups
 // (the third the producer's), which hand registers over with setmaxnreg — 40 for the producer's,
 // 232 for each consumer's (a sub-partition's 16K registers: 40 + 2 x 232 per warp slot of 32).
 // The others are nine warps with at most 168 registers each (three warps on a sub-partition).
 __host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
-// Under NRM (the norm inside: `_norm` instances) a stage holds the weight tile and one activation
-// tile of each consumer warpgroup's own, which it writes itself (`tma_norm_stage`).
-__host__ __device__ constexpr int tma_stage_bytes(int n, int ft, bool nrm = false) {
-    return ft * 128 + (nrm ? 2 : 1) * n * 128;
-}
+__host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
 // Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
 // GLU_XCH x 128 floats (8 KB) of shared memory past the stages (`tma::TMA_GLU_XCH_BYTES`).
 #define GLU_XCH 16
 
 // The norm inside a launch (NRM, the `_norm` instances: `ops_tma`'s rms_norm(x) with the norm
 // weight `nw` in the products of decode rows): where the other instances take rms_norm's rounded
-// output by TMA, each consumer warpgroup writes the activation tile of a stage itself from x, the
+// output by TMA, the consumers write the activation tile of a stage themselves from x, the
 // values rms_norm's rounded copy holds, so the products' bits are those of the norm then the
 // products (`tests/fused.rs`), with no norm launch before. Loads of a row a thread issues at once.
 #define TMA_NORM_BATCH 16
@@ -250,37 +246,55 @@ __device__ __forceinline__ void tma_norm_inv(const float* __restrict__ x, int r0
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
 
-// Warpgroup wg's activation tile of stage s (K from s · 64) at `slot`: row n (the task's row
-// r0 + n) as rms_norm's rounded copy holds it, bf16 of (x · inv) · nw k-permuted (`kperm`: stored
-// word w of a group of 16 holds word 4 (w % 4) + w / 4), in the 128-byte swizzle a TMA copy gives
-// it (16-byte piece c of row n at piece c ^ (n % 8)); zeros past the rows and K, as TMA fills.
-// Then visible to the tensor cores (the async proxy) once the warpgroup's barrier has passed.
+// The consumers' share of a stage's activation tile (N rows of 64 of K: N / 8 words a thread),
+// loaded a stage ahead (`tma_norm_load`) so that writing it (`tma_norm_write`) waits on no memory.
+// Thread i takes word i % 32 of row i / 32 (then i + 256, ...). Stored word w of a group of 16
+// holds logical word 4 (w % 4) + w / 4 (`kperm`).
+template <int N> struct NormShare {
+    float2 v[N / 8], g[N / 8];
+};
 template <int N>
-__device__ __forceinline__ void tma_norm_stage(u32 slot, const float* __restrict__ x, const float* __restrict__ nw,
-                                               const float* inv, int r0, int nr, int cols, int s, int wg) {
-    static_assert(N % 4 == 0, "a warpgroup writes whole rounds of 128 words");
-    const int tid = threadIdx.x % 128;
+__device__ __forceinline__ int norm_share_k(int idx, int s) {
+    const int w = idx % 32, ws = w % 16;
+    return s * WG_KS + (w / 16) * 32 + 2 * (4 * (ws % 4) + ws / 4);
+}
+template <int N>
+__device__ __forceinline__ void tma_norm_load(NormShare<N>& sh, const float* __restrict__ x,
+                                              const float* __restrict__ nw, int r0, int nr, int cols, int s) {
+    static_assert(N % 8 == 0, "the 256 consumers take whole rounds of a stage's words");
 #pragma unroll
-    for (int round = 0; round < N / 4; round++) {
-        const int idx = tid + 128 * round, n = idx / 32, w = idx % 32, ws = w % 16;
-        const int k = s * WG_KS + (w / 16) * 32 + 2 * (4 * (ws % 4) + ws / 4);
+    for (int round = 0; round < N / 8; round++) {
+        const int idx = threadIdx.x + 256 * round, n = idx / 32, k = norm_share_k<N>(idx, s);
+        sh.v[round] = sh.g[round] = make_float2(0.0f, 0.0f);
+        if (n < nr && k < cols) {
+            sh.v[round] = *(const float2*)(x + (u64)(r0 + n) * cols + k);
+            sh.g[round] = *(const float2*)(nw + k);
+        }
+    }
+}
+// Stage s's activation tile at `slot` from the loaded share: row n as rms_norm's rounded copy
+// holds it, bf16 of (x · inv) · nw, in the 128-byte swizzle a TMA copy gives it (16-byte piece c
+// of row n at piece c ^ (n % 8)); zeros past the rows and K, as TMA fills. Then visible to the
+// tensor cores (the async proxy) once the consumers' barrier (named barrier 1) has passed: both
+// warpgroups read the tile, and every consumer warp has finished with this buffer's last stage
+// (each waits for its products of the stage before last before it arrives here).
+template <int N>
+__device__ __forceinline__ void tma_norm_write(u32 slot, const NormShare<N>& sh, const float* inv, int nr, int cols,
+                                               int s) {
+#pragma unroll
+    for (int round = 0; round < N / 8; round++) {
+        const int idx = threadIdx.x + 256 * round, n = idx / 32, w = idx % 32, k = norm_share_k<N>(idx, s);
         u32 word = 0;
         if (n < nr && k < cols) {
-            const float2 v = *(const float2*)(x + (u64)(r0 + n) * cols + k);
-            const float2 g = *(const float2*)(nw + k);
-            const float y0 = __fmul_rn(__fmul_rn(v.x, inv[n]), g.x);
-            const float y1 = __fmul_rn(__fmul_rn(v.y, inv[n]), g.y);
+            const float y0 = __fmul_rn(__fmul_rn(sh.v[round].x, inv[n]), sh.g[round].x);
+            const float y1 = __fmul_rn(__fmul_rn(sh.v[round].y, inv[n]), sh.g[round].y);
             word = bf16_bits(y0) | bf16_bits(y1) << 16;
         }
         const u32 at = slot + n * 128 + ((w / 4) ^ (n % 8)) * 16 + (w % 4) * 4;
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(word) : "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    // Named barriers 2 and 3, one a warpgroup (immediates: a register id reserves all sixteen).
-    if (wg == 0)
-        asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    else
-        asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
 
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
@@ -297,9 +311,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
     // SPC: stages of 64 of K in a chunk (the weight's fold chunk, 256 or 1,024: ops_linear::fold_chunk).
-    constexpr int STAGES = tma_stages(N, FT, NRM), STAGE = tma_stage_bytes(N, FT, NRM), KC = SPC * WG_KS;
+    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
-    // NRM: the producer copies only the weight tile; the consumers write x's (`tma_norm_stage`).
+    // NRM: the producer copies only the weight tile; the consumers write x's (`tma_norm_write`).
     constexpr int TX = NRM ? W_BYTES : STAGE;
     static_assert(!NRM || (FT == 128 && CL == 1), "the norm inside: 128 features a task, one CTA");
     static_assert(FT == 128 || (FT == 64 && N >= 16), "64-feature tasks split at least 16 rows");
@@ -420,6 +434,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // NRM: 1 / rms of the task's rows (recomputed where a task starts other rows) and how many.
     __shared__ float ninv[NRM ? N : 1];
     int inv_r0 = -1, nr = 0;
+    NormShare<N> share;  // NRM: the next stage's values of x and nw
     // A stage goes back to every CTA of the cluster: each one's copy of x lands in all of them.
     auto release = [&](int b) {
         mbar_arrive(empty0 + 8 * b);
@@ -437,7 +452,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         const int m0 = GLU ? ft * 64 + 16 * warp + g : sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
         const int n0w = r0 + (FT == 128 ? 0 : wg * NW);
         if constexpr (NRM) {
+            // The first stage's share goes out before the inverse rms (which it does not need).
             nr = min(N, num_rows - r0);
+            tma_norm_load<N>(share, nx, nw, r0, nr, k_in, c_lo * SPC);
             if (r0 != inv_r0) tma_norm_inv<N>(nx, r0, nr, k_in, eps, ninv);
             inv_r0 = r0;
         }
@@ -446,15 +463,17 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 #pragma unroll
             for (int q = 0; q < SPC; q++, i++) {
                 const int b = i % STAGES;
-                // NRM: this warpgroup's tile of x, written while the weights arrive (its wgmma of
-                // this buffer's last stage completed: at most one stage stays in flight).
-                if constexpr (NRM)
-                    tma_norm_stage<N>(base + b * STAGE + W_BYTES + wg * (N * 128), nx, nw, ninv, r0, nr, k_in,
-                                      c * SPC + q, wg);
+                // NRM: the tile of x, written while the weights arrive, and the next stage's share
+                // sent for, in flight through this stage's wait and products.
+                if constexpr (NRM) {
+                    const int s = c * SPC + q;
+                    tma_norm_write<N>(base + b * STAGE + W_BYTES, share, ninv, nr, k_in, s);
+                    if (s + 1 < c_hi * SPC) tma_norm_load<N>(share, nx, nw, r0, nr, k_in, s + 1);
+                }
                 mbar_wait(full0 + 8 * b, (i / STAGES) & 1);
                 // A warpgroup's rows of x start at a multiple of 8 rows (1,024 bytes: whole swizzle atoms).
                 const u32 a = base + b * STAGE + (FT == 128 ? wg * (64 * 128) : 0);
-                const u32 x = base + b * STAGE + W_BYTES + (NRM ? wg * (N * 128) : FT == 128 ? 0 : wg * (NW * 128));
+                const u32 x = base + b * STAGE + W_BYTES + (FT == 128 ? 0 : wg * (NW * 128));
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                 for (int step = 0; step < WG_KS / 16; step++)
