@@ -87,15 +87,18 @@ impl CudaBackend {
     /// would have given it, so the bits are those of the norm, then the products.
     fn tma_norm_fuses(&self, x: &CudaTensor, norm: &CudaWeight, ws: &[&CudaWeight]) -> bool {
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
-        self.tma_norm.load(Ordering::Relaxed)
-            && self.tma.enabled
+        self.tma_norm_rows(x)
             && x.cols > 0
             && x.cols.is_multiple_of(8)
-            && (1..=TMA_NORM_ROWS).contains(&x.padded_rows)
             && norm.dense_ptr.is_some()
             && norm.cols == x.cols
             && ws.iter().all(|w| w.mma && w.cols == x.cols && w.rows > 0)
             && TMA_ROWS[self.tma.kernel(x.padded_rows, tiles).0] == TMA_NORM_ROWS
+    }
+
+    /// Whether the norm inside the TMA products is on and x's rows are decode rows it takes.
+    fn tma_norm_rows(&self, x: &CudaTensor) -> bool {
+        self.tma_norm.load(Ordering::Relaxed) && self.tma.enabled && (1..=TMA_NORM_ROWS).contains(&x.padded_rows)
     }
 
     /// `norm_linear_multi`: runs of up to three weights (as `linear_multi` groups them), each
@@ -213,12 +216,7 @@ impl CudaBackend {
         }
         // Tensor-core weights at decode rows: the next products' TMA launch computes the norm
         // (`tma_norm_fuses`; where it cannot, they run it apart).
-        let tma_next = self.tma_norm.load(Ordering::Relaxed)
-            && self.tma.enabled
-            && w.mma
-            && (1..=TMA_NORM_ROWS).contains(&x.padded_rows)
-            && norm.0.cols == acc.cols;
-        if tma_next && self.residual_in_store(x, w) {
+        if self.tma_norm_rows(x) && w.mma && norm.0.cols == acc.cols && self.residual_in_store(x, w) {
             self.fused_linear_add(x, w, acc);
             return None;
         }

@@ -122,13 +122,20 @@ fn the_fused_swiglu_gives_the_bits_of_the_products_and_silu_mul_apart() {
     eprintln!("linear_swiglu: the bits of its products and silu_mul apart");
 }
 
+/// Whether bf16 weights run on the TMA kernels here (not on the emulator, which models no TMA).
+fn on_tma(b: &plumb_backend_cuda::CudaBackend) -> bool {
+    let on = b.linear_inputs(GgmlType::BF16, 576) == plumb_core::LinearInputs::Bf16
+        && b.kernel_choices()[0] == ("linear_tma", true);
+    if !on {
+        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+    }
+    on
+}
+
 #[test]
 fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_mul_apart() {
     let Some(b) = device::backend("linear_swiglu (TMA)") else { return };
-    if b.linear_inputs(GgmlType::BF16, 576) != plumb_core::LinearInputs::Bf16
-        || b.kernel_choices()[0] != ("linear_tma", true)
-    {
-        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+    if !on_tma(&b) {
         return;
     }
     let mut rng = Rng::new(device::seed() ^ 0x6e1);
@@ -297,10 +304,7 @@ fn the_norm_inside_the_products_gives_the_bits_of_the_norm_apart() {
 #[test]
 fn the_norm_inside_the_tma_products_gives_the_bits_of_the_norm_apart() {
     let Some(b) = device::backend("norm_linear (TMA)") else { return };
-    if b.linear_inputs(GgmlType::BF16, 576) != plumb_core::LinearInputs::Bf16
-        || b.kernel_choices()[0] != ("linear_tma", true)
-    {
-        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+    if !on_tma(&b) {
         return;
     }
     let mut rng = Rng::new(device::seed() ^ 0x7a0);
