@@ -18,6 +18,7 @@
 # "timeline": each setting's per-block timeline of eight decode steps at depth 512
 # (PLUMB_CUDA_TIMELINE, the time-stamped kernels: stage with TIMELINE=1 to skip NVRTC) and
 # tools/device/timeline.py's table of it and of its fourth step, launch by launch;
+# "prefill": a PREFILL_LEN-token prompt's prefill (default 2,048), three repetitions;
 # "long": tg64 at depth LONG_DEPTH, default
 # 4,096; "profile": the kernels matching KERNELS, default attention, event-timed in one request's
 # decode and in a 2,048-token prefill, for a change smaller than an end-to-end run's spread); TESTS the test binaries (default
@@ -42,7 +43,7 @@ status=0
 
 bash "$(dirname "$0")/seed-kernels.sh" "$B" $(for s in "${SET[@]}"; do bin_of "$s"; done)
 
-if has conc || has tg || has long || has profile || has timeline; then
+if has conc || has tg || has prefill || has long || has profile || has timeline; then
     ([ -e /tmp/l8b/config.json ] || "$B/plumb" synth --arch llama-3.1-8b -t 8 /tmp/l8b >"$OUT/synth.log" 2>&1) &
     synth=$!
 fi
@@ -71,7 +72,7 @@ if has gate; then
     done
 fi
 # Every build compiles its kernels (NVRTC, about a minute the first time) before any timed run.
-if has conc || has tg || has long || has profile || has timeline; then
+if has conc || has tg || has prefill || has long || has profile || has timeline; then
     for d in $(for s in "${SET[@]}"; do bin_of "$s"; done | sort -u); do
         timeout 200 "$d/plumb" bench --device cuda --kv-dtype f16 --model /tmp/l8b --prompt-len 16 --gen-len 4 \
             --depth 0 --repetitions 1 >/dev/null 2>&1 &
@@ -102,6 +103,13 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
             echo "## [$tag] pp512, tg64, depth 512 (round $round)" >>"$L"
             run_with "$s" timeout 150 "${P[@]}" --prompt-len 512 --gen-len 64 --depth 512 --repetitions 2 \
                 --receipt "$OUT/tg-$tag-$round.json" 2>&1 | grep -E "^(pp|tg)" >>"$L"
+            echo "($SECONDS s)" >>"$L"
+        fi
+        if has prefill; then
+            SECONDS=0
+            echo "## [$tag] pp${PREFILL_LEN:-2048} (round $round)" >>"$L"
+            run_with "$s" timeout 150 "${P[@]}" --prompt-len "${PREFILL_LEN:-2048}" --gen-len 2 --depth 0 --repetitions 3 \
+                --receipt "$OUT/pp-$tag-$round.json" 2>&1 | grep -E "^(pp|roofline)" >>"$L"
             echo "($SECONDS s)" >>"$L"
         fi
         if has profile; then

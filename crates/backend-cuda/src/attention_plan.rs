@@ -60,6 +60,13 @@ pub(crate) fn attention_mma_smem(head_dim: usize, store: KvStore, warps: usize) 
     let tiles = if warps == 1 { 2 * 64 } else { 4 * 64 };
     (tiles + warps * pieces * 16) * (head_dim * 2 + 16)
 }
+/// Shared memory of a warpgroup-MMA attention block (`attention_wgmma.cu`, `atw_smem_bytes`): two
+/// buffers of the K and V tiles and q's pieces (2 for f16, 3 for bf16), each 64 rows of
+/// head_dim 16-bit values as wgmma core matrices (no padding).
+pub(crate) fn attention_wgmma_smem(head_dim: usize, store: KvStore) -> usize {
+    let pieces = if store == KvStore::F16 { 2 } else { 3 };
+    (4 + pieces) * 64 * head_dim * 2
+}
 /// Warps per attention block, and whether decode rows may split their contexts over blocks, for
 /// a launch of `blocks` (rows × KV heads, before any split) with `rows_per_block` rows of GQA
 /// groups of `group` heads on `sms` SMs; `one_warp`: the tensor-core kernel, one-warp blocks on.

@@ -10,7 +10,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 13] = [
+pub const SOURCE: [&str; 14] = [
     include_str!("kernels/dequant.cu"),
     include_str!("kernels/kv_store.cu"),
     include_str!("kernels/linear.cu"),
@@ -23,6 +23,7 @@ pub const SOURCE: [&str; 13] = [
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/attention.cu"),
     include_str!("kernels/attention_mma.cu"),
+    include_str!("kernels/attention_wgmma.cu"),
     include_str!("kernels/pick.cu"),
 ];
 

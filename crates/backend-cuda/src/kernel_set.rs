@@ -151,6 +151,7 @@ pub(crate) fn kernel_names() -> Vec<String> {
     for head_dim in attention_plan::MMA_HEAD_DIMS {
         for store in [KvStore::F16, KvStore::Bf16] {
             names.push(format!("attention_mma_{head_dim}_{}", store.name()));
+            names.push(format!("attention_wgmma_{head_dim}_{}", store.name()));
         }
     }
     for ty in GgmlType::DEQUANTIZABLE {

@@ -218,6 +218,13 @@ pub struct CudaBackend {
     /// and their early weight reads take it back from the product before them (session 26,
     /// receipts/ab/session26).
     pub(crate) tma_norm: AtomicBool,
+    /// Whether prefill chunks' attention (blocks walking several rows of a lane) runs on the
+    /// warpgroup MMA (`attention_wgmma.cu`, Hopper) instead of mma.sync (`attention_mma.cu`):
+    /// on unless `PLUMB_CUDA_ATT_WGMMA=0`, or [`CudaBackend::set_attention_wgmma`]. The same
+    /// canonical form, so the same bits either way.
+    pub(crate) attention_wgmma: AtomicBool,
+    /// Attention launches on the warpgroup MMA so far (`attention_wgmma_launches`, for tests).
+    pub(crate) attention_wgmma_launches: std::sync::atomic::AtomicU64,
     /// Launches with the norm inside so far (`tma_norm_launches`, for tests).
     pub(crate) tma_norm_launches: std::sync::atomic::AtomicU64,
     /// GLU launches so far (`tma_glu_launches`, for tests).
@@ -296,15 +303,16 @@ impl CudaBackend {
                 _ if name.starts_with("linear_tma_bf16_n") => tma::tma_smem_max_of(&name).expect("named by rows"),
                 _ if name.starts_with("linear_tile32_") => ops_linear::tile_smem(32),
                 _ if name.starts_with("linear_tile_") => ops_linear::tile_smem(64),
-                _ if name.starts_with("attention_mma_") => {
-                    let (hd, store) =
-                        name["attention_mma_".len()..].split_once('_').expect("named by head size and store");
+                _ if name.starts_with("attention_mma_") || name.starts_with("attention_wgmma_") => {
+                    let (kind, rest) = name["attention_".len()..].split_once('_').expect("named by kernel");
+                    let (hd, store) = rest.split_once('_').expect("named by head size and store");
                     let store = KvStore::parse(store).expect("attention kernels are named by their store");
-                    attention_plan::attention_mma_smem(
-                        hd.parse().expect("attention kernels are named by head size"),
-                        store,
-                        4,
-                    )
+                    let hd = hd.parse().expect("attention kernels are named by head size");
+                    if kind == "wgmma" {
+                        attention_plan::attention_wgmma_smem(hd, store)
+                    } else {
+                        attention_plan::attention_mma_smem(hd, store, 4)
+                    }
                 }
                 _ => match name.strip_prefix("attention_").and_then(|rest| rest.split_once('_')) {
                     Some((hd, store)) => {
@@ -402,6 +410,8 @@ impl CudaBackend {
             tile_split: AtomicBool::new(std::env::var("PLUMB_CUDA_TILE_SPLIT").ok().is_none_or(|v| v != "0")),
             tma_glu: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLU").ok().is_none_or(|v| v != "0")),
             tma_glu_launches: 0.into(),
+            attention_wgmma: AtomicBool::new(std::env::var("PLUMB_CUDA_ATT_WGMMA").ok().is_none_or(|v| v != "0")),
+            attention_wgmma_launches: 0.into(),
             tma_norm_launches: 0.into(),
             tma_norm: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_NORM").is_ok_and(|v| v == "1")),
             linear_tile: std::sync::atomic::AtomicU8::new(match std::env::var("PLUMB_CUDA_LINEAR_TILE").as_deref() {

@@ -6,7 +6,7 @@
 
 use crate::attention_plan::{
     ATM_PAIRS, ATM_WALK, ATT_PAIRS, ATT_SPLIT, ATT_WARPS, MAX_HEAD_DIM, MMA_HEAD_DIMS, attention_blocks,
-    attention_mma_smem, attention_smem, split_kv, split_states_bytes, splits_per_block,
+    attention_mma_smem, attention_smem, attention_wgmma_smem, split_kv, split_states_bytes, splits_per_block,
 };
 use crate::kv::{CudaKvCache, attention_meta};
 use crate::launch::Launch;
@@ -432,7 +432,21 @@ impl AttentionOps for CudaBackend {
             padded * spec.num_kv_heads,
             self.tma.sms,
         );
-        let (name, smem) = if mma {
+        // Blocks of several rows of a lane (prefill chunks), never split, take the warpgroup MMA
+        // where the device has it: the same form, so the same bits.
+        let wgmma = mma
+            && warps == ATT_WARPS
+            && rows_per_block > 1
+            && !may_split
+            && self.tma.enabled
+            && self.attention_wgmma.load(std::sync::atomic::Ordering::Relaxed);
+        let (name, smem) = if wgmma {
+            self.attention_wgmma_launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (
+                format!("attention_wgmma_{}_{}", spec.head_dim, kv.store.name()),
+                attention_wgmma_smem(spec.head_dim, kv.store),
+            )
+        } else if mma {
             (
                 format!("attention_mma_{}_{}", spec.head_dim, kv.store.name()),
                 attention_mma_smem(spec.head_dim, kv.store, warps),

@@ -69,6 +69,12 @@ impl CudaBackend {
         self.tma_norm.store(on, Ordering::Relaxed);
     }
 
+    /// Runs prefill chunks' attention on the warpgroup MMA (on, where the device has it) or on
+    /// mma.sync (off): the same bits, so the tests hold both paths to them whatever the default.
+    pub fn set_attention_wgmma(&self, on: bool) {
+        self.attention_wgmma.store(on, Ordering::Relaxed);
+    }
+
     /// Runs `linear_wide` as a persistent grid of `blocks` blocks, each walking groups of
     /// features (None: a block a group, the default), so a test can make each block walk many
     /// groups: the same bits.
@@ -118,6 +124,11 @@ impl CudaBackend {
         self.tma_norm_launches.load(Ordering::Relaxed)
     }
 
+    /// Attention launches on the warpgroup MMA so far (for tests).
+    pub fn attention_wgmma_launches(&self) -> u64 {
+        self.attention_wgmma_launches.load(Ordering::Relaxed)
+    }
+
     /// TMA launches of gate|up with the SwiGLU inside so far (for tests).
     pub fn tma_glu_launches(&self) -> u64 {
         self.tma_glu_launches.load(Ordering::Relaxed)
@@ -128,17 +139,18 @@ impl CudaBackend {
     }
 
     /// Which kernels the switches picked (`PLUMB_CUDA_TMA`, `PLUMB_CUDA_TMA_PERSIST`,
-    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
+    /// `PLUMB_CUDA_ATT_MMA`, `PLUMB_CUDA_ATT_WGMMA`, `PLUMB_CUDA_ATT_SPLIT`, `PLUMB_CUDA_NORM_ROUND`, `PLUMB_CUDA_PDL`,
     /// `PLUMB_CUDA_PDL_OFF`, `PLUMB_CUDA_NORM_RELEASE`,
     /// `PLUMB_CUDA_FUSE_ADD`, `PLUMB_CUDA_GROUP_LINEAR`, `PLUMB_CUDA_FUSE_ROPE_KV`,
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 28] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 29] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
             ("attention_tensor_cores", self.attention_mma),
+            ("attention_prefill_wgmma", self.tma.enabled && self.attention_wgmma.load(Ordering::Relaxed)),
             ("attention_split_kv", self.attention_split_kv),
             ("attention_warp_blocks", self.attention_warp_blocks),
             ("attention_merge_launch", self.attention_merge_launch),

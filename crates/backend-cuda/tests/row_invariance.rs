@@ -364,6 +364,11 @@ fn lanes_and_spec() -> (Vec<LaneView>, KvSpec, [usize; 3]) {
 /// Every K/V store: f32 runs the CUDA-core kernel, f16 and bf16 the tensor-core one.
 const STORES: [KvStore; 3] = [KvStore::F32, KvStore::F16, KvStore::Bf16];
 
+/// Whether prefill chunks' attention takes the warpgroup MMA on this device (Hopper), as set.
+fn wgmma_on(b: &CudaBackend) -> bool {
+    b.kernel_choices().iter().any(|&(name, on)| name == "attention_prefill_wgmma" && on)
+}
+
 /// Runs `check` on a backend set to each store in turn (nothing without a GPU).
 fn on_every_store(check: fn(&CudaBackend, KvStore)) {
     let Some(b) = device::backend("attention") else { return };
@@ -480,8 +485,16 @@ fn attention_of_prefill_chunks_equals_each_row_alone() {
 }
 
 fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
-    let mut rng = Rng::new(device::seed() ^ 0xa77e);
-    let (lanes, spec, lens) = lanes_and_spec();
+    // Every head size of the tensor-core kernels (the wgmma P·V is one instruction per size).
+    for head_dim in [64, 96, 128] {
+        prefill_chunk_rows_equal_alone_at(b, store, head_dim);
+    }
+}
+
+fn prefill_chunk_rows_equal_alone_at(b: &CudaBackend, store: KvStore, head_dim: usize) {
+    let mut rng = Rng::new(device::seed() ^ 0xa77e ^ head_dim as u64);
+    let lens = [2100usize, 700, 69];
+    let (lanes, spec) = scrambled_lanes(&lens, 16, 37, 3, head_dim);
     let total: usize = lens.iter().sum();
     let width = spec.num_kv_heads * spec.head_dim;
     let k = activations(&mut rng, total, width, Spread::Normal);
@@ -501,8 +514,24 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
         let m = batch.num_rows();
         let q: Vec<f32> = activations(&mut rng, m, cols, Spread::Normal).iter().map(|x| x * 0.3).collect();
         let mut out = b.tensor(m, cols);
+        let launches = b.attention_wgmma_launches();
         b.attention(&b.upload(&q, m, cols), &kv, 0, &batch, heads, 0.125, &mut out);
         let all = b.download(&out);
+        // Where the device has the warpgroup MMA, the chunks ran on it; mma.sync gives the same bits.
+        assert!(all.iter().all(|x| x.is_finite()), "attention ({} KV): non-finite prefill output", store.name());
+        if wgmma_on(b) && store != KvStore::F32 {
+            assert!(b.attention_wgmma_launches() > launches, "prefill chunks did not take the warpgroup MMA");
+            b.set_attention_wgmma(false);
+            let mut sync = b.tensor(m, cols);
+            b.attention(&b.upload(&q, m, cols), &kv, 0, &batch, heads, 0.125, &mut sync);
+            b.set_attention_wgmma(true);
+            assert_same_bits(&all, &b.download(&sync), &|| {
+                format!(
+                    "attention ({} KV), {heads} heads of {head_dim}: prefill chunks, wgmma against mma.sync,",
+                    store.name()
+                )
+            });
+        }
         for r in (0..m).step_by(7).chain([m - 1]) {
             let mut one = ForwardBatch { block_size: spec.block_size, lanes: lanes.clone(), ..Default::default() };
             one.push_row(batch.row_lane[r] as usize, 0, batch.positions[r] as usize);
@@ -511,11 +540,14 @@ fn prefill_chunk_rows_equal_alone(b: &CudaBackend, store: KvStore) {
             let alone = b.download(&alone);
             let got = &all[r * cols..(r + 1) * cols];
             assert_same_bits(got, &alone, &|| {
-                format!("attention ({} KV), {heads} heads: row {r} of the chunks, against the row alone,", store.name())
+                format!(
+                    "attention ({} KV), {heads} heads of {head_dim}: row {r} of the chunks, against the row alone,",
+                    store.name()
+                )
             });
         }
     }
-    eprintln!("attention ({} KV): rows of prefill chunks equal their solo runs", store.name());
+    eprintln!("attention ({} KV, heads of {head_dim}): rows of prefill chunks equal their solo runs", store.name());
 }
 
 /// Decode rows of many lanes, a row each, as a serving step has them: enough (row, KV head) pairs

@@ -102,7 +102,10 @@ __host__ __device__ constexpr int atm_smem_bytes(int hd, int pieces, int warps) 
 // then read it from there: a position's 2 · HD / 16 pieces (and a lane's 32 in a one-warp block)
 // no longer each read the block table and redo the address. The caller's barrier since the last
 // staging makes `slots` free. Only where bytes land: no arithmetic of the form.
-template <int HD>
+// With CORE (attention_wgmma.cu), the tiles are wgmma core matrices instead of padded rows:
+// piece c (dims 8 c .. 8 c + 7) of position j at c · 1,024 + j · 16 bytes, consecutive threads
+// taking consecutive positions of one piece (8 threads fill 128 contiguous bytes); `rs` unused.
+template <int HD, bool CORE = false>
 __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u8* __restrict__ k_cache,
                                              const u8* __restrict__ v_cache, u64 row_stride, u64 base,
                                              const u32* __restrict__ table, int block_size, int t0, int last,
@@ -124,9 +127,9 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
     const u32 kd = smem_addr(kdst), vd = smem_addr(vdst);
 #pragma unroll 4
     for (int i = me; i < ATT_TILE * PIECES; i += stagers) {
-        const int j = i / PIECES, c = i % PIECES;
+        const int j = CORE ? i % ATT_TILE : i / PIECES, c = CORE ? i / ATT_TILE : i % PIECES;
         const u64 at = slots[j] + 16 * c;
-        const u32 to = j * rs + 16 * c;
+        const u32 to = CORE ? c * ATT_TILE * 16 + j * 16 : j * rs + 16 * c;
         cp_async16_at(kd + to, k_cache + at, true);
         cp_async16_at(vd + to, v_cache + at, true);
     }
@@ -142,6 +145,179 @@ __device__ __forceinline__ void atm_stage_kv(u8* kdst, u8* vdst, int rs, const u
 __device__ __forceinline__ int atm_stagers(int pairs, int warps) {
     const int busy = (pairs + ATM_M - 1) / ATM_M;
     return (busy < warps ? warps - busy : warps) * 32;
+}
+
+// q's pieces of a warp's 16 (row, head) pairs from `pair0` (zeros for pairs at or past `p_end`),
+// piece c of pair m's dims d, d + 1 written as one word at at(m, d, c): the layout is the kernel's
+// (padded rows for ldmatrix, core matrices for wgmma). A lane's loads go out Q_BATCH at a time
+// before any is used: one wait on L2 a batch, not one a load (q was just written by the launch
+// before). Only where bytes land: no arithmetic of the form.
+template <int HD, int ST, typename At>
+__device__ __forceinline__ void atm_load_q(const float* __restrict__ q, int pair0, int p_end, int r0, int group,
+                                           int num_heads, int kv_head, int lane, At at) {
+    constexpr int P = Mma16<ST>::PIECES;
+    constexpr int Q_LOADS = ATM_M * HD / 2 / 32, Q_BATCH = 8;
+    static_assert(Q_LOADS % Q_BATCH == 0, "q's loads come in whole batches");
+#pragma unroll 1
+    for (int k0 = 0; k0 < Q_LOADS; k0 += Q_BATCH) {
+        float2 x[Q_BATCH];
+#pragma unroll
+        for (int b = 0; b < Q_BATCH; b++) {
+            const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
+            const int p = pair0 + m;
+            x[b] = make_float2(0.0f, 0.0f);
+            if (p < p_end)
+                x[b] = *(const float2*)(q + ((u64)(r0 + p / group) * num_heads + kv_head * group + p % group) * HD + d);
+        }
+#pragma unroll
+        for (int b = 0; b < Q_BATCH; b++) {
+            const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
+            u32 w[P];
+            split_pair<ST>(x[b].x, x[b].y, w);
+#pragma unroll
+            for (int c = 0; c < P; c++) *(u32*)at(m, d, c) = w[c];
+        }
+    }
+}
+
+// The softmax of one tile: e holds this thread's unscaled scores of its warp's m16 tile (row g + 8 h
+// of the tile, position t0 + 8 j + 2 t + cc in e[j][2 h + cc], the mma's C layout). Scores of
+// positions past a row's p drop out; then the tile max and the new running max, e = exp(s - m),
+// the tile's sum and l, and acc scaled by alpha. Each half h of the thread's elements on its own,
+// in the same order (j, then position), so each sum adds its 16 e in one order; rows 8..15 only
+// when `upper`.
+template <int NB>
+__device__ __forceinline__ void atm_softmax(float (&e)[8][4], float (&acc)[NB][4], float (&m_s)[2], float (&l_s)[2],
+                                            const int (&ctx)[2], const bool (&live)[2], bool upper, int t0, int t,
+                                            float scale) {
+    float tmax[2] = {NEG_INF, NEG_INF}, alpha[2] = {1.0f, 1.0f}, sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (h == 1 && !upper) break;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
+                e[j][c] = pos < ctx[h] ? __fmul_rn(e[j][c], scale) : NEG_INF;
+                tmax[h] = fmaxf(tmax[h], e[j][c]);
+            }
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+        const float m_new = live[h] ? fmaxf(m_s[h], tmax[h]) : m_s[h];
+        const float a = expf(m_s[h] - m_new);  // computed either way, as the e below
+        alpha[h] = live[h] ? a : 1.0f;
+        m_s[h] = m_new;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
+                // Every position's exponential, then the mask: as `p ? expf(..) : 0` the compiler
+                // branched around each expf (34 divergent regions a tile, one after another);
+                // computed first, the 16 are independent and overlap. A masked e is -inf, whatever
+                // its expf gives is dropped, and a kept one is the same expf of the same operands:
+                // the same bits.
+                const float x = expf(e[j][c] - m_s[h]);
+                e[j][c] = pos < ctx[h] ? x : 0.0f;
+                sum[h] = __fadd_rn(sum[h], e[j][c]);
+            }
+        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 1));
+        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 2));
+        if (live[h]) l_s[h] = __fadd_rn(__fmul_rn(l_s[h], alpha[h]), sum[h]);
+#pragma unroll
+        for (int n = 0; n < NB; n++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) acc[n][2 * h + cc] = __fmul_rn(acc[n][2 * h + cc], alpha[h]);
+    }
+}
+
+// e of positions 16 s .. 16 s + 15 as the A fragments (m16 x k16, the mma's A layout) of each
+// piece. Rows 8..15 hold no pair unless `upper`: zero weights for them.
+template <int ST>
+__device__ __forceinline__ void atm_p_frags(const float (&e)[8][4], int s, bool upper,
+                                            u32 (&pa)[Mma16<ST>::PIECES][4]) {
+    constexpr int P = Mma16<ST>::PIECES;
+    u32 w[P];
+    split_pair<ST>(e[2 * s][0], e[2 * s][1], w);
+#pragma unroll
+    for (int c = 0; c < P; c++) pa[c][0] = w[c];
+    split_pair<ST>(e[2 * s + 1][0], e[2 * s + 1][1], w);
+#pragma unroll
+    for (int c = 0; c < P; c++) pa[c][2] = w[c];
+#pragma unroll
+    for (int c = 0; c < P; c++) pa[c][1] = pa[c][3] = 0u;
+    if (upper) {
+        split_pair<ST>(e[2 * s][2], e[2 * s][3], w);
+#pragma unroll
+        for (int c = 0; c < P; c++) pa[c][1] = w[c];
+        split_pair<ST>(e[2 * s + 1][2], e[2 * s + 1][3], w);
+#pragma unroll
+        for (int c = 0; c < P; c++) pa[c][3] = w[c];
+    }
+}
+
+// After a tile's P·V: each live row whose split ends here (a multiple of `split_len`, or the
+// row's last tile) writes the split's state for the fold (`part`; the walk's next split starts
+// afresh) or folds it into its total by the left fold of attention.cu.
+template <int NB>
+__device__ __forceinline__ void atm_split_end(float (&acc)[NB][4], float (&tot)[NB][4], float (&m_s)[2],
+                                              float (&l_s)[2], float (&m_tot)[2], float (&l_tot)[2],
+                                              const int (&ctx)[2], const bool (&live)[2], const int (&row)[2],
+                                              const int (&head)[2], int t0, int t, int split_len,
+                                              float* __restrict__ part, int num_heads, int num_splits) {
+    constexpr int HD = 8 * NB;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h] || ((t0 + ATT_TILE) % split_len != 0 && t0 + ATT_TILE < ctx[h])) continue;
+        if (part) {
+            float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + t0 / split_len) * (HD + 2);
+#pragma unroll
+            for (int n = 0; n < NB; n++) {
+                *(float2*)(pr + 8 * n + 2 * t) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+                acc[n][2 * h] = acc[n][2 * h + 1] = 0.0f;
+            }
+            if (t == 0) {
+                pr[HD] = m_s[h];
+                pr[HD + 1] = l_s[h];
+            }
+            m_s[h] = NEG_INF;
+            l_s[h] = 0.0f;
+            continue;
+        }
+        const float m = fmaxf(m_tot[h], m_s[h]);
+        const float a_tot = expf(m_tot[h] - m), a_s = expf(m_s[h] - m);
+        l_tot[h] = __fadd_rn(__fmul_rn(l_tot[h], a_tot), __fmul_rn(l_s[h], a_s));
+#pragma unroll
+        for (int n = 0; n < NB; n++)
+#pragma unroll
+            for (int c = 2 * h; c < 2 * h + 2; c++) {
+                tot[n][c] = __fadd_rn(__fmul_rn(tot[n][c], a_tot), __fmul_rn(acc[n][c], a_s));
+                acc[n][c] = 0.0f;
+            }
+        m_tot[h] = m;
+        m_s[h] = NEG_INF;
+        l_s[h] = 0.0f;
+    }
+}
+
+// A walk's rows out: out = total / l, and the o projection's rounded copy where `xb` is given.
+template <int NB>
+__device__ __forceinline__ void atm_write_out(const float (&tot)[NB][4], const float (&l_tot)[2], const int (&ctx)[2],
+                                              const int (&row)[2], const int (&head)[2], int t, int num_heads,
+                                              float* __restrict__ out, unsigned short* __restrict__ xb) {
+    constexpr int HD = 8 * NB;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (ctx[h] == 0) continue;
+        const u64 at = ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const float y0 = __fdiv_rn(tot[n][2 * h], l_tot[h]), y1 = __fdiv_rn(tot[n][2 * h + 1], l_tot[h]);
+            *(float2*)(out + at + 8 * n) = make_float2(y0, y1);
+            if (xb) *(u32*)(xb + xb_index(at + 8 * n)) = bf16_bits(y0) | bf16_bits(y1) << 16;
+        }
+    }
 }
 
 template <int HD, int ST>
@@ -202,31 +378,9 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                 head[h] = kv_head * group + p % group;
                 ctx[h] = p < p_end ? (int)meta[row[h]] + 1 : 0;
             }
-            // q's pieces into this warp's shared rows (zeros for pairs past the walk). A lane's loads
-            // go out Q_BATCH at a time before any is used: one wait on L2 a batch, not one a load
-            // (q was just written by the launch before).
-            constexpr int Q_LOADS = ATM_M * HD / 2 / 32, Q_BATCH = 8;
-            static_assert(Q_LOADS % Q_BATCH == 0, "q's loads come in whole batches");
-#pragma unroll 1
-            for (int k0 = 0; k0 < Q_LOADS; k0 += Q_BATCH) {
-                float2 x[Q_BATCH];
-#pragma unroll
-                for (int b = 0; b < Q_BATCH; b++) {
-                    const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
-                    const int p = p0 + ATM_M * warp + m;
-                    x[b] = make_float2(0.0f, 0.0f);
-                    if (p < p_end)
-                        x[b] = *(const float2*)(q + ((u64)(r0 + p / group) * num_heads + kv_head * group + p % group) * HD + d);
-                }
-#pragma unroll
-                for (int b = 0; b < Q_BATCH; b++) {
-                    const int i = lane + 32 * (k0 + b), m = i / (HD / 2), d = 2 * (i % (HD / 2));
-                    u32 w[P];
-                    split_pair<ST>(x[b].x, x[b].y, w);
-#pragma unroll
-                    for (int c = 0; c < P; c++) *(u32*)(qs + (c * ATM_M + m) * RS + 2 * d) = w[c];
-                }
-            }
+            // q's pieces into this warp's shared rows (zeros for pairs past the walk).
+            atm_load_q<HD, ST>(q, p0 + ATM_M * warp, p_end, r0, group, num_heads, kv_head, lane,
+                               [&](int m, int d, int c) { return qs + (c * ATM_M + m) * RS + 2 * d; });
             // Whether any of this warp's tile rows 8..15 holds a pair: a decode row's GQA group of up
             // to 8 heads leaves them empty, and their element work is skipped (a warp-uniform branch;
             // rows 0..7 depend on nothing of theirs, and their mma rows see zero weights).
@@ -278,72 +432,14 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                             }
                         }
                     }
-                    // Scores (positions past a row's p drop out), the tile max and the new running max.
-                    // Each half h of the thread's elements on its own, in the same order (j, then
-                    // position), so each sum adds its 16 e exactly as before; rows 8..15 when `upper`.
-                    float tmax[2] = {NEG_INF, NEG_INF}, alpha[2] = {1.0f, 1.0f}, sum[2] = {0.0f, 0.0f};
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        if (h == 1 && !upper) break;
-#pragma unroll
-                        for (int j = 0; j < 8; j++)
-#pragma unroll
-                            for (int cc = 0; cc < 2; cc++) {
-                                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
-                                e[j][c] = pos < ctx[h] ? __fmul_rn(e[j][c], scale) : NEG_INF;
-                                tmax[h] = fmaxf(tmax[h], e[j][c]);
-                            }
-                        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-                        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-                        const float m_new = live[h] ? fmaxf(m_s[h], tmax[h]) : m_s[h];
-                        const float a = expf(m_s[h] - m_new);  // computed either way, as the e below
-                        alpha[h] = live[h] ? a : 1.0f;
-                        m_s[h] = m_new;
-#pragma unroll
-                        for (int j = 0; j < 8; j++)
-#pragma unroll
-                            for (int cc = 0; cc < 2; cc++) {
-                                const int c = 2 * h + cc, pos = t0 + 8 * j + 2 * t + cc;
-                                // Every position's exponential, then the mask: as `p ? expf(..) : 0`
-                                // the compiler branched around each expf (34 divergent regions a
-                                // tile, one after another); computed first, the 16 are independent
-                                // and overlap. A masked e is -inf, whatever its expf gives is dropped,
-                                // and a kept one is the same expf of the same operands: the same bits.
-                                const float x = expf(e[j][c] - m_s[h]);
-                                e[j][c] = pos < ctx[h] ? x : 0.0f;
-                                sum[h] = __fadd_rn(sum[h], e[j][c]);
-                            }
-                        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 1));
-                        sum[h] = __fadd_rn(sum[h], __shfl_xor_sync(0xffffffffu, sum[h], 2));
-                        if (live[h]) l_s[h] = __fadd_rn(__fmul_rn(l_s[h], alpha[h]), sum[h]);
-#pragma unroll
-                        for (int n = 0; n < NB; n++)
-#pragma unroll
-                            for (int cc = 0; cc < 2; cc++) acc[n][2 * h + cc] = __fmul_rn(acc[n][2 * h + cc], alpha[h]);
-                    }
+                    atm_softmax(e, acc, m_s, l_s, ctx, live, upper, t0, t, scale);
                 }
                 if (warp_live) {
 #pragma unroll
                     for (int s = 0; s < ATT_TILE / 16; s++) {
                         // e of positions 16 s .. 16 s + 15 as the A fragments of each piece.
-                        u32 pa[P][4], w[P];
-                        // (Rows 8..15 hold no pair unless `upper`: zero weights for them.)
-                        split_pair<ST>(e[2 * s][0], e[2 * s][1], w);
-#pragma unroll
-                        for (int c = 0; c < P; c++) pa[c][0] = w[c];
-                        split_pair<ST>(e[2 * s + 1][0], e[2 * s + 1][1], w);
-#pragma unroll
-                        for (int c = 0; c < P; c++) pa[c][2] = w[c];
-#pragma unroll
-                        for (int c = 0; c < P; c++) pa[c][1] = pa[c][3] = 0u;
-                        if (upper) {
-                            split_pair<ST>(e[2 * s][2], e[2 * s][3], w);
-#pragma unroll
-                            for (int c = 0; c < P; c++) pa[c][1] = w[c];
-                            split_pair<ST>(e[2 * s + 1][2], e[2 * s + 1][3], w);
-#pragma unroll
-                            for (int c = 0; c < P; c++) pa[c][3] = w[c];
-                        }
+                        u32 pa[P][4];
+                        atm_p_frags<ST>(e, s, upper, pa);
 #pragma unroll
                         for (int nn = 0; nn < HD / 16; nn++) {
                             u32 b[4];
@@ -355,39 +451,8 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                             }
                         }
                     }
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        if (!live[h] || ((t0 + ATT_TILE) % split_len != 0 && t0 + ATT_TILE < ctx[h])) continue;
-                        if (part) {
-                            // This split's state, for the fold; the walk's next split starts afresh.
-                            float* pr = part + (((u64)row[h] * num_heads + head[h]) * num_splits + t0 / split_len) * (HD + 2);
-#pragma unroll
-                            for (int n = 0; n < NB; n++) {
-                                *(float2*)(pr + 8 * n + 2 * t) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
-                                acc[n][2 * h] = acc[n][2 * h + 1] = 0.0f;
-                            }
-                            if (t == 0) {
-                                pr[HD] = m_s[h];
-                                pr[HD + 1] = l_s[h];
-                            }
-                            m_s[h] = NEG_INF;
-                            l_s[h] = 0.0f;
-                            continue;
-                        }
-                        const float m = fmaxf(m_tot[h], m_s[h]);
-                        const float a_tot = expf(m_tot[h] - m), a_s = expf(m_s[h] - m);
-                        l_tot[h] = __fadd_rn(__fmul_rn(l_tot[h], a_tot), __fmul_rn(l_s[h], a_s));
-#pragma unroll
-                        for (int n = 0; n < NB; n++)
-#pragma unroll
-                            for (int c = 2 * h; c < 2 * h + 2; c++) {
-                                tot[n][c] = __fadd_rn(__fmul_rn(tot[n][c], a_tot), __fmul_rn(acc[n][c], a_s));
-                                acc[n][c] = 0.0f;
-                            }
-                        m_tot[h] = m;
-                        m_s[h] = NEG_INF;
-                        l_s[h] = 0.0f;
-                    }
+                    atm_split_end(acc, tot, m_s, l_s, m_tot, l_tot, ctx, live, row, head, t0, t, split_len, part,
+                                  num_heads, num_splits);
                 }
                 if (bufs == 1 && t0 + ATT_TILE < t_end) {
                     __syncthreads();  // the one buffer is read; the next tile takes it
@@ -395,17 +460,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
                                      block_size, t0 + ATT_TILE, ctx_max - 1, slots, stagers);  // one warp: all
                 }
             }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (ctx[h] == 0 || part) continue;
-                const u64 at = ((u64)row[h] * num_heads + head[h]) * HD + 2 * t;
-#pragma unroll
-                for (int n = 0; n < NB; n++) {
-                    const float y0 = __fdiv_rn(tot[n][2 * h], l_tot[h]), y1 = __fdiv_rn(tot[n][2 * h + 1], l_tot[h]);
-                    *(float2*)(out + at + 8 * n) = make_float2(y0, y1);
-                    if (xb) *(u32*)(xb + xb_index(at + 8 * n)) = bf16_bits(y0) | bf16_bits(y1) << 16;
-                }
-            }
+            if (!part) atm_write_out(tot, l_tot, ctx, row, head, t, num_heads, out, xb);
             __syncthreads();  // the next walk restages q and the tiles
         }
         r0 = r1;
