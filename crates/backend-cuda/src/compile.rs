@@ -108,7 +108,7 @@ pub fn cubin(arch: &str) -> Result<(Vec<u8>, bool), CudaError> {
     if let Some(image) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         return Ok((image, true));
     }
-    let image = compile(&source, &opts, arch)?;
+    let (image, _) = compile(&source, &opts, arch)?;
     if let Some(p) = &path {
         // A cache that cannot be written only costs a compile next time; it is never an error.
         let _ = p.parent().map(std::fs::create_dir_all);
@@ -127,8 +127,14 @@ fn check(r: sys::nvrtcResult, during: &'static str, log: Option<String>) -> Resu
     Err(CudaError::Nvrtc { during, code: format!("{r:?}"), log: log.unwrap_or_default() })
 }
 
-/// Compiles `source` with `opts` and returns the CUBIN.
-fn compile(source: &str, opts: &[String], arch: &str) -> Result<Vec<u8>, CudaError> {
+/// A fresh compile's log (never the cache): what NVRTC and ptxas said of the kernels, warnings
+/// and ptxas's notes included (the tests read the wgmma pipelines' from it).
+pub fn log(arch: &str) -> Result<String, CudaError> {
+    compile(&SOURCE.concat(), &options(arch), arch).map(|(_, log)| log)
+}
+
+/// Compiles `source` with `opts` and returns the CUBIN and the compile's log.
+fn compile(source: &str, opts: &[String], arch: &str) -> Result<(Vec<u8>, String), CudaError> {
     let src = CString::new(source).expect("kernel sources hold no NUL byte");
     let name = CString::new("plumb_kernels.cu").expect("no NUL");
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
@@ -142,7 +148,7 @@ fn compile(source: &str, opts: &[String], arch: &str) -> Result<Vec<u8>, CudaErr
     // SAFETY: `prog` was created above; `ptrs` holds `ptrs.len()` valid C strings kept alive by `c_opts`.
     let r = unsafe { sys::nvrtcCompileProgram(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
     let result = if r == sys::nvrtcResult::NVRTC_SUCCESS {
-        read_cubin(prog)
+        read_cubin(prog).map(|image| (image, program_log(prog)))
     } else {
         Err(CudaError::Nvrtc {
             during: "compiling the kernels",

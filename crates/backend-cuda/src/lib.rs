@@ -450,6 +450,16 @@ impl CudaBackend {
         compile::cubin(arch)
     }
 
+    /// A fresh compile's log for `arch` (no cache): NVRTC's warnings and ptxas's notes, such as
+    /// a kernel whose wgmma it serialized. `CudaError::NoNvrtc` where NVRTC is not installed.
+    pub fn kernel_compile_log(arch: &str) -> Result<String, CudaError> {
+        // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::NoNvrtc);
+        }
+        compile::log(arch)
+    }
+
     /// The device address of `n` (zeroed) arrival counters.
     pub(crate) fn arrival_counters(&self, n: usize) -> u64 {
         assert!(n <= ARRIVAL_COUNTERS, "{n} arrival counters asked for, {ARRIVAL_COUNTERS} kept");

@@ -1,5 +1,5 @@
-//! The kernel sources compile with NVRTC for Hopper (sm_90a) — checked wherever NVRTC is
-//! installed, with or without a GPU; skipped where it is not.
+//! The kernel sources compile with NVRTC for Hopper (sm_90a), and ptxas keeps every wgmma
+//! pipeline — checked wherever NVRTC is installed, with or without a GPU; skipped where it is not.
 
 use plumb_backend_cuda::{CudaBackend, CudaError};
 
@@ -18,6 +18,12 @@ fn kernels_compile_for_hopper() {
             let (again, cached) = CudaBackend::compile_kernels("sm_90a").unwrap();
             assert!(cached && again == image, "the second compile comes from the disk cache");
             eprintln!("kernels_compile_for_hopper: {} bytes of sm_90a CUBIN", image.len());
+            // ptxas keeps every wgmma pipeline: a kernel that touches an accumulator while its
+            // group may be in flight, or issues a group on some paths only, has all its wgmma
+            // serialized (C7514 / C7515; docs/cuda-prefill-attention.md).
+            let log = CudaBackend::kernel_compile_log("sm_90a").unwrap();
+            let serialized: Vec<&str> = log.lines().filter(|l| l.contains("are serialized")).collect();
+            assert!(serialized.is_empty(), "ptxas serialized wgmma:\n{}", serialized.join("\n"));
         }
     }
     let _ = std::fs::remove_dir_all(&home);
