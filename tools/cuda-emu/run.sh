@@ -8,6 +8,7 @@
 #   PLUMB_CUDA_EMU_CC_MAJOR / _MINOR (9 / 0), PLUMB_CUDA_EMU_SMS (132), PLUMB_CUDA_EMU_MEM_GB (8)
 #   PLUMB_CUDA_EMU_OPT (-O2): g++'s optimization of the kernels
 #   PLUMB_CUDA_MMA: 0 unless set (wgmma and TMA, which the bf16 `linear` takes, are not modeled)
+#   PLUMB_CUDA_ATT_WGMMA: 0 unless set (the prefill chunks' wgmma attention, the same)
 # What passes here passed on the CPU: indices, barriers and the data threads exchange are
 # checked; the GPU's bits, its tensor-core kernels and its speed are not (see prelude.h).
 set -euo pipefail
@@ -29,4 +30,5 @@ export PLUMB_HOME="${PLUMB_HOME:-$root/target/cuda-emu/home-$version}"
 # wgmma and TMA are not modeled (mma.sync and ldmatrix are): the tensor-core `linear` defaults
 # to off, so bf16 weights take the CUDA-core kernels; the tensor-core attention runs.
 export PLUMB_CUDA_MMA="${PLUMB_CUDA_MMA:-0}"
+export PLUMB_CUDA_ATT_WGMMA="${PLUMB_CUDA_ATT_WGMMA:-0}"
 exec "$@"
