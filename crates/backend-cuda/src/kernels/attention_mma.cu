@@ -147,6 +147,25 @@ __device__ __forceinline__ int atm_stagers(int pairs, int warps) {
     return (busy < warps ? warps - busy : warps) * 32;
 }
 
+// The longest context among a walk's pairs p0 .. p_end - 1 (rows of `group` heads from r0).
+__device__ __forceinline__ int atm_walk_ctx(const u32* __restrict__ meta, int r0, int p0, int p_end, int group) {
+    int ctx_max = 0;
+    for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+    return ctx_max;
+}
+
+// This thread's rows of its warp's m16 tile, pairs p and p + 8 of the walk (rows g and g + 8):
+// each one's row, head and context (0 for a pair at or past `p_end`).
+__device__ __forceinline__ void atm_pair_rows(const u32* __restrict__ meta, int p, int p_end, int r0, int group,
+                                              int kv_head, int (&ctx)[2], int (&row)[2], int (&head)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        row[h] = r0 + (p + 8 * h) / group;
+        head[h] = kv_head * group + (p + 8 * h) % group;
+        ctx[h] = p + 8 * h < p_end ? (int)meta[row[h]] + 1 : 0;
+    }
+}
+
 // q's pieces of a warp's 16 (row, head) pairs from `pair0` (zeros for pairs at or past `p_end`),
 // piece c of pair m's dims d, d + 1 written as one word at at(m, d, c): the layout is the kernel's
 // (padded rows for ldmatrix, core matrices for wgmma). A lane's loads go out Q_BATCH at a time
@@ -359,8 +378,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
         const int num_pairs = (r1 - r0) * group;
         for (int p0 = 0; p0 < num_pairs; p0 += warps * ATM_M) {
             const int p_end = min(p0 + warps * ATM_M, num_pairs);
-            int ctx_max = 0;
-            for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+            const int ctx_max = atm_walk_ctx(meta, r0, p0, p_end, group);
             // The positions this block walks: all, or walk z's (`walk_len`, whole splits).
             const int t_begin = part ? (int)blockIdx.z * walk_len : 0;
             const int t_end = part ? min(ctx_max, t_begin + walk_len) : ctx_max;
@@ -371,13 +389,7 @@ __device__ __forceinline__ void attention_mma_body(const float* __restrict__ q, 
 
             // This thread's rows of the warp's m16 tile: pairs p0 + 16 warp + g + 8 h.
             int ctx[2], row[2], head[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int p = p0 + ATM_M * warp + g + 8 * h;
-                row[h] = r0 + p / group;
-                head[h] = kv_head * group + p % group;
-                ctx[h] = p < p_end ? (int)meta[row[h]] + 1 : 0;
-            }
+            atm_pair_rows(meta, p0 + ATM_M * warp + g, p_end, r0, group, kv_head, ctx, row, head);
             // q's pieces into this warp's shared rows (zeros for pairs past the walk).
             atm_load_q<HD, ST>(q, p0 + ATM_M * warp, p_end, r0, group, num_heads, kv_head, lane,
                                [&](int m, int d, int c) { return qs + (c * ATM_M + m) * RS + 2 * d; });

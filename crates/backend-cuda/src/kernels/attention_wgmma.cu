@@ -26,86 +26,50 @@
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The operands of 8 output columns: a thread's 4 accumulators of one n8 block.
 #define ATW_D4(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
-// d += A (64 x 16, descriptor da) · B (16 x 64, descriptor db), both K-major (f16).
-__device__ __forceinline__ void atw_qk_f16(float (&d)[8][4], u64 da, u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7)
-        : "l"(da), "l"(db));
+// The wgmma steps of one 16-bit type TY, named by NAME:
+// - atw_qk_NAME(d, da, db): d += A (64 x 16, descriptor da) · B (16 x 64, descriptor db), both
+//   K-major (the scores);
+// - atw_pv_NAME(d, a, db): d += A (64 x 16, this thread's fragment a) · B (16 x N, descriptor db,
+//   MN-major: trans-b), N = 64, 96 or 128 by d's size (P·V).
+#define ATW_WRAPPERS(NAME, TY) \
+__device__ __forceinline__ void atw_qk_##NAME(float (&d)[8][4], u64 da, u64 db) { \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7) \
+        : "l"(da), "l"(db)); \
+} \
+__device__ __forceinline__ void atw_pv_##NAME(float (&d)[8][4], const u32 (&a)[4], u64 db) { \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n" \
+        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)); \
+} \
+__device__ __forceinline__ void atw_pv_##NAME(float (&d)[12][4], const u32 (&a)[4], u64 db) { \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32." TY "." TY " " \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 1;\n}\n" \
+        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7), \
+          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)); \
+} \
+__device__ __forceinline__ void atw_pv_##NAME(float (&d)[16][4], const u32 (&a)[4], u64 db) { \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n" \
+        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7), \
+          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11), ATW_D4(12), ATW_D4(13), ATW_D4(14), ATW_D4(15) \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)); \
 }
-// d += A (64 x 16, this thread's fragment a) · B (16 x 64, descriptor db, MN-major: trans-b) (f16).
-__device__ __forceinline__ void atw_pv_f16(float (&d)[8][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// d += A (64 x 16, this thread's fragment a) · B (16 x 96, descriptor db, MN-major: trans-b) (f16).
-__device__ __forceinline__ void atw_pv_f16(float (&d)[12][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7),
-          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// d += A (64 x 16, this thread's fragment a) · B (16 x 128, descriptor db, MN-major: trans-b) (f16).
-__device__ __forceinline__ void atw_pv_f16(float (&d)[16][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7),
-          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11), ATW_D4(12), ATW_D4(13), ATW_D4(14), ATW_D4(15)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// d += A (64 x 16, descriptor da) · B (16 x 64, descriptor db), both K-major (bf16).
-__device__ __forceinline__ void atw_qk_bf16(float (&d)[8][4], u64 da, u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7)
-        : "l"(da), "l"(db));
-}
-// d += A (64 x 16, this thread's fragment a) · B (16 x 64, descriptor db, MN-major: trans-b) (bf16).
-__device__ __forceinline__ void atw_pv_bf16(float (&d)[8][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// d += A (64 x 16, this thread's fragment a) · B (16 x 96, descriptor db, MN-major: trans-b) (bf16).
-__device__ __forceinline__ void atw_pv_bf16(float (&d)[12][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7),
-          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// d += A (64 x 16, this thread's fragment a) · B (16 x 128, descriptor db, MN-major: trans-b) (bf16).
-__device__ __forceinline__ void atw_pv_bf16(float (&d)[16][4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-        : ATW_D4(0), ATW_D4(1), ATW_D4(2), ATW_D4(3), ATW_D4(4), ATW_D4(5), ATW_D4(6), ATW_D4(7),
-          ATW_D4(8), ATW_D4(9), ATW_D4(10), ATW_D4(11), ATW_D4(12), ATW_D4(13), ATW_D4(14), ATW_D4(15)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
+ATW_WRAPPERS(f16, "f16")
+ATW_WRAPPERS(bf16, "bf16")
 
 template <int ST> struct Atw;
 template <> struct Atw<KV_F16> {
@@ -165,17 +129,10 @@ __device__ __forceinline__ void attention_wgmma_body(const float* __restrict__ q
         const int num_pairs = (r1 - r0) * group;
         for (int p0 = 0; p0 < num_pairs; p0 += 4 * ATM_M) {
             const int p_end = min(p0 + 4 * ATM_M, num_pairs);
-            int ctx_max = 0;
-            for (int r = r0 + p0 / group; r <= r0 + (p_end - 1) / group; r++) ctx_max = max(ctx_max, (int)meta[r] + 1);
+            const int ctx_max = atm_walk_ctx(meta, r0, p0, p_end, group);
             // This thread's rows of the warpgroup's m64 tile: pairs p0 + 16 warp + g + 8 h.
             int ctx[2], row[2], head[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int p = p0 + ATM_M * warp + g + 8 * h;
-                row[h] = r0 + p / group;
-                head[h] = kv_head * group + p % group;
-                ctx[h] = p < p_end ? (int)meta[row[h]] + 1 : 0;
-            }
+            atm_pair_rows(meta, p0 + ATM_M * warp + g, p_end, r0, group, kv_head, ctx, row, head);
             atm_load_q<HD, ST>(q, p0 + ATM_M * warp, p_end, r0, group, num_heads, kv_head, lane,
                                [&](int m, int d, int c) {
                                    return qs + c * TILE + (d / 8) * (ATT_TILE * 16) + (ATM_M * warp + m) * 16 + 2 * (d % 8);
