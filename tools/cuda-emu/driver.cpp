@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor_map.h"
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -544,10 +546,39 @@ CUresult cuLaunchKernelEx(const LaunchConfig* c, void* f, void** params, void** 
     if (extra) return NOT_SUPPORTED;
     return launch((Function*)f, c->grid, c->block, c->smem, c->stream, params);
 }
-// A tensor map is read only by the TMA kernels, which the emulator does not run: its bytes are zeros.
-CUresult cuTensorMapEncodeTiled(void* map, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
-                                const unsigned*, int, int, int, int) {
+// A tiled tensor map as the TMA copies of prelude.h read it (tensor_map.h), checked as the
+// driver checks one: a global address 16-byte aligned, row strides multiples of 16, boxes of 1 to
+// 256 elements a dimension, a swizzled box's rows no wider than the swizzle's span. Rank 1 and 2.
+CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* address, const uint64_t* dims,
+                                const uint64_t* strides, const unsigned* box, const unsigned* elem_strides,
+                                int interleave, int swizzle, int, int oob_fill) {
     memset(map, 0, 128);
+    const uint32_t es = emu::tensor_map_elem_bytes((uint32_t)dtype);
+    if (!map || !es || rank < 1 || rank > 5 || !dims || !box || !elem_strides || (rank > 1 && !strides))
+        return INVALID_VALUE;
+    if (rank > 2 || interleave != 0) return NOT_SUPPORTED;
+    if ((uintptr_t)address % 16 != 0 || swizzle < 0 || swizzle > 3) return INVALID_VALUE;
+    for (unsigned d = 0; d < rank; d++)
+        if (dims[d] == 0 || box[d] == 0 || box[d] > 256 || elem_strides[d] != 1) return INVALID_VALUE;
+    if (rank == 2 && (strides[0] % 16 != 0 || strides[0] < dims[0] * es)) return INVALID_VALUE;
+    if ((box[0] * es) % 16 != 0) return INVALID_VALUE;
+    if (swizzle && box[0] * es > (16u << swizzle)) return INVALID_VALUE;
+    emu::TensorMap m{};
+    m.magic = emu::TENSOR_MAP_MAGIC;
+    m.dtype = (uint32_t)dtype;
+    m.rank = rank;
+    m.interleave = (uint32_t)interleave;
+    m.swizzle = (uint32_t)swizzle;
+    m.oob_fill = (uint32_t)oob_fill;
+    m.elem_bytes = es;
+    m.address = (uint64_t)(uintptr_t)address;
+    m.dims[0] = dims[0];
+    m.dims[1] = rank == 2 ? dims[1] : 1;
+    m.stride = rank == 2 ? strides[0] : dims[0] * es;
+    m.box[0] = box[0];
+    m.box[1] = rank == 2 ? box[1] : 1;
+    m.elem_strides[0] = m.elem_strides[1] = 1;
+    memcpy(map, &m, sizeof m);
     return OK;
 }
 

@@ -15,11 +15,13 @@
 // error naming it. The emulator checks a kernel's logic (indices, barriers, the data its threads
 // exchange), never its speed or the GPU's own bits.
 #pragma once
+#include "tensor_map.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -55,7 +57,7 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 namespace emu {
 
-enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, DONE };
+enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, AT_MBAR, DONE };
 
 struct Thread {
     void* sp;
@@ -63,8 +65,8 @@ struct Thread {
     uint3 tid;
     unsigned lin;       // linear index in the block
     unsigned mask;      // the warp mask it waits with (AT_WARP)
-    unsigned bar_id;    // the named barrier it waits at and the threads that barrier counts (AT_NAMED)
-    unsigned bar_count;
+    unsigned bar_id;    // the named barrier it waits at and the threads that barrier counts (AT_NAMED),
+    unsigned bar_count; // or the mbarrier's shared address and the phase parity it waits for (AT_MBAR)
     unsigned exchanges; // shuffles and votes done: picks the warp's exchange buffer
 };
 
@@ -316,6 +318,236 @@ inline void ldmatrix_x4(bool trans, unsigned& r0, unsigned& r1, unsigned& r2, un
         }
     }
 }
+
+
+// ---- Hopper: mbarriers, TMA tile copies, warpgroup MMA ----
+//
+// An mbarrier's 8 bytes here: pending arrivals (bits 0..15), the arrival count (16..30), the
+// current phase's parity (31), and the pending transaction bytes as a signed word (32..63). A phase
+// completes when no arrival and no byte is pending: the parity flips and the count is re-armed.
+// `try_wait.parity P` is true once the phase of parity P has completed (the current parity is
+// not P); a thread whose wait is not yet true waits (AT_MBAR) until the scheduler sees it is.
+inline unsigned mbar_lo(unsigned a) { unsigned v; memcpy(&v, smem_ptr(a), 4); return v; }
+inline int mbar_tx(unsigned a) { int v; memcpy(&v, smem_ptr(a) + 4, 4); return v; }
+inline void mbar_settle(unsigned a) {
+    unsigned lo = mbar_lo(a);
+    const int tx = mbar_tx(a);
+    if ((lo & 0xffffu) == 0 && tx == 0) {
+        const unsigned count = lo >> 16 & 0x7fffu, parity = lo >> 31;
+        lo = (parity ^ 1u) << 31 | count << 16 | count;
+    }
+    memcpy(smem_ptr(a), &lo, 4);
+}
+inline void mbar_init(unsigned a, unsigned count) {
+    if (a % 8 != 0) fail("mbarrier.init: an address that is not 8-byte aligned");
+    if (count == 0 || count > 0x7fffu) fail("mbarrier.init: a count of 0 or past what the emulator keeps");
+    const unsigned lo = count << 16 | count;
+    const int tx = 0;
+    memcpy(smem_ptr(a), &lo, 4);
+    memcpy(smem_ptr(a) + 4, &tx, 4);
+}
+inline void mbar_arrive(unsigned a, unsigned tx_bytes) {
+    const unsigned lo = mbar_lo(a);
+    if ((lo & 0xffffu) == 0) fail("mbarrier.arrive: more arrivals in a phase than the barrier counts");
+    const unsigned next = lo - 1;
+    const int tx = mbar_tx(a) + (int)tx_bytes;
+    memcpy(smem_ptr(a), &next, 4);
+    memcpy(smem_ptr(a) + 4, &tx, 4);
+    mbar_settle(a);
+}
+inline void mbar_complete_tx(unsigned a, unsigned bytes) {
+    const int tx = mbar_tx(a) - (int)bytes;
+    memcpy(smem_ptr(a) + 4, &tx, 4);
+    mbar_settle(a);
+}
+inline bool mbar_phase_done(unsigned a, unsigned parity) { return (mbar_lo(a) >> 31) != (parity & 1u); }
+// mbarrier.try_wait.parity as plumb's wait loops use it: returns (true) once the phase is done.
+inline unsigned mbar_wait(unsigned a, unsigned parity) {
+    if (!mbar_phase_done(a, parity)) {
+        g.cur->bar_id = a;
+        g.cur->bar_count = parity & 1u;
+        g.cur->state = AT_MBAR;
+        yield();
+    }
+    return 1;
+}
+
+// cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box at
+// element coordinates (c0, c1) of `map` into shared memory at `dst` (rows of the box one after
+// another, each 16-byte chunk moved by the map's swizzle), zeros where the box leaves the
+// tensor, then the box's bytes completed on the barrier at `bar`. The copy happens at once
+// (a TMA copy's bytes land before the barrier's phase can complete, which is all a kernel may
+// rely on).
+inline void tma_load_2d(unsigned dst, const void* map_ptr, int c0, int c1, unsigned bar) {
+    TensorMap m;
+    memcpy(&m, map_ptr, sizeof m);
+    if (m.magic != TENSOR_MAP_MAGIC) fail("cp.async.bulk.tensor: a tensor map cuTensorMapEncodeTiled did not write");
+    const unsigned es = m.elem_bytes, row_bytes = m.box[0] * es;
+    if (dst % 128 != 0) fail("cp.async.bulk.tensor: a shared destination not 128-byte aligned");
+    if (m.swizzle && row_bytes != (16u << m.swizzle))
+        fail("cp.async.bulk.tensor: a swizzled box narrower than its span (not modeled)");
+    const unsigned char* base = (const unsigned char*)(uintptr_t)m.address;
+    for (unsigned r = 0; r < m.box[1]; r++) {
+        const long long row = (long long)c1 + r;
+        for (unsigned b = 0; b < row_bytes; b += es) {
+            const long long col = (long long)c0 + b / es;
+            const unsigned at = swizzle_address(dst + r * row_bytes + b, m.swizzle);
+            unsigned char* d = smem_ptr(at);
+            if (row >= 0 && row < (long long)m.dims[1] && col >= 0 && col < (long long)m.dims[0])
+                memcpy(d, base + (unsigned long long)row * m.stride + (unsigned long long)col * es, es);
+            else
+                memset(d, 0, es);
+        }
+    }
+    mbar_complete_tx(bar, m.box[0] * m.box[1] * es);
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}: issued into the thread's queue and done
+// when a wgmma.wait_group lets its group complete, reading shared memory and the accumulator
+// registers then (a kernel that changes either before its wait sees that here, as it could on a
+// GPU). Each of the thread's N / 2 accumulators is computed from the exact products summed in
+// double onto the accumulator (or 0 under scale-d 0) and rounded once, as mma_m16n8k16 does, so
+// the two instructions agree here on the same operands (not the GPU's bits). Accumulator i of
+// thread t of the warpgroup: row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
+// 8 (i / 4) + 2 (t % 4) + i % 2. A comes from a shared-memory descriptor or (the register form)
+// from the warp's fragments, laid out as mma.sync's A, captured at issue.
+struct WgmmaOp {
+    int n, scale_d, scale_a, scale_b, tnsp_a, tnsp_b;
+    bool bf16, regs_a;
+    unsigned long long da, db;
+    float* d[128];
+    unsigned a[32][4];
+};
+struct WgmmaQueue {
+    WgmmaOp* ops = nullptr;
+    unsigned num = 0, cap = 0;
+    unsigned groups[64];  // the ops before each committed group's end, oldest first
+    unsigned num_groups = 0;
+};
+inline WgmmaQueue wg_queues[1024];
+inline MmaSlots wg_slots[32][2];
+
+// Element (row, k) of a K-major operand (row: M for A, N for B), or (k, row) of an MN-major one,
+// at descriptor `desc`: no swizzle (8 x 16-byte core matrices: rows 16 bytes apart, 8-row groups
+// SBO apart, 8-element K groups LBO apart; MN-major: K rows 16 bytes apart, 8-K groups LBO
+// apart, 8-element MN groups SBO apart) or the 128-byte swizzle (K-major: 128-byte rows, 8-row
+// atoms SBO apart).
+template <bool BF16>
+inline float wg_operand(unsigned long long desc, int row, int k, int mn_major) {
+    const unsigned start = (unsigned)(desc & 0x3fff) << 4, lbo = (unsigned)(desc >> 16 & 0x3fff) << 4,
+                   sbo = (unsigned)(desc >> 32 & 0x3fff) << 4, base_offset = (unsigned)(desc >> 49 & 7),
+                   mode = (unsigned)(desc >> 62);
+    if (base_offset) fail("wgmma: a descriptor base offset (not modeled)");
+    unsigned a;
+    if (!mn_major && mode == 0) {
+        a = start + row / 8 * sbo + k / 8 * lbo + row % 8 * 16 + k % 8 * 2;
+    } else if (!mn_major && mode == 1) {
+        a = swizzle_address(start + row / 8 * sbo + row % 8 * 128 + k * 2, 3);
+    } else if (mn_major && mode == 0) {
+        a = start + row / 8 * sbo + k / 8 * lbo + k % 8 * 16 + row % 8 * 2;
+    } else {
+        fail("wgmma: a 32- or 64-byte swizzle, or an MN-major swizzled operand (not modeled)");
+    }
+    unsigned short h;
+    memcpy(&h, smem_ptr(a), 2);
+    return wide16<BF16>(h);
+}
+
+template <bool BF16>
+inline void wgmma_run(const WgmmaOp& op, unsigned lin) {
+    const unsigned w = lin >> 5 & 3, lane = lin & 31, gq = lane >> 2, t4 = lane & 3;
+    double A[2][16];
+    for (int r = 0; r < 2; r++) {
+        const int m = 16 * (int)w + (int)gq + 8 * r;
+        for (int k = 0; k < 16; k++) {
+            float v;
+            if (op.regs_a) {
+                const int rr = m % 16;
+                const unsigned word = op.a[(rr & 7) * 4 + ((k & 7) >> 1)][(rr >> 3) + 2 * (k >> 3)];
+                v = wide16<BF16>(k & 1 ? word >> 16 : word & 0xffffu);
+            } else {
+                v = wg_operand<BF16>(op.da, m, k, op.tnsp_a);
+            }
+            A[r][k] = (double)v * op.scale_a;
+        }
+    }
+    for (int j = 0; j < op.n / 8; j++) {
+        double B[2][16];
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 16; k++)
+                B[c][k] = (double)wg_operand<BF16>(op.db, 8 * j + 2 * (int)t4 + c, k, op.tnsp_b) * op.scale_b;
+        for (int e = 0; e < 4; e++) {
+            float* d = op.d[4 * j + e];
+            double acc = op.scale_d ? (double)*d : 0.0;
+            for (int k = 0; k < 16; k++) acc += A[e >> 1][k] * B[e & 1][k];
+            *d = (float)acc;
+        }
+    }
+}
+
+// The four 32-bit A fragment registers of the register form.
+struct U4 {
+    unsigned v[4];
+};
+
+template <bool BF16, int N>
+inline void wgmma_issue(std::initializer_list<float*> d, bool regs_a, U4 a, unsigned long long da,
+                        unsigned long long db, int scale_d, int scale_a, int scale_b, int tnsp_a, int tnsp_b) {
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma: N of 8 to 256");
+    Thread* t = g.cur;
+    if (t->lin / 128 * 128 + 128 > g.num_threads) fail("wgmma: a thread of a warpgroup the block does not hold whole");
+    if (d.size() != N / 2) fail("wgmma: not N / 2 accumulators");
+    WgmmaQueue& q = wg_queues[t->lin];
+    if (q.num == q.cap) {
+        q.cap = q.cap ? 2 * q.cap : 16;
+        q.ops = (WgmmaOp*)realloc(q.ops, q.cap * sizeof(WgmmaOp));
+        if (!q.ops) fail("wgmma: no memory for the queue");
+    }
+    WgmmaOp& op = q.ops[q.num++];
+    op.n = N, op.scale_d = scale_d != 0, op.scale_a = scale_a, op.scale_b = scale_b, op.tnsp_a = tnsp_a,
+    op.tnsp_b = tnsp_b, op.bf16 = BF16, op.regs_a = regs_a, op.da = da, op.db = db;
+    int i = 0;
+    for (float* p : d) op.d[i++] = p;
+    if (regs_a) {
+        // The warp's A fragments, as they are at issue.
+        const unsigned lane = t->lin & 31, buf = t->exchanges++ & 1;
+        MmaSlots& s = wg_slots[t->lin >> 5][buf];
+        for (int r = 0; r < 4; r++) s.a[lane][r] = a.v[r];
+        warp_barrier(0xffffffffu);
+        memcpy(op.a, s.a, sizeof op.a);
+    }
+}
+
+inline void wgmma_commit() {
+    WgmmaQueue& q = wg_queues[g.cur->lin];
+    if (q.num_groups == 64) fail("wgmma.commit_group: more than 64 groups pending (the emulator's limit)");
+    q.groups[q.num_groups++] = q.num;
+}
+
+// wgmma.wait_group N: the oldest committed groups complete until at most N are pending.
+inline void wgmma_wait(unsigned pending) {
+    WgmmaQueue& q = wg_queues[g.cur->lin];
+    if (q.num_groups <= pending) return;
+    const unsigned done_groups = q.num_groups - pending, done_ops = q.groups[done_groups - 1];
+    for (unsigned i = 0; i < done_ops; i++) {
+        if (q.ops[i].bf16) wgmma_run<true>(q.ops[i], g.cur->lin);
+        else wgmma_run<false>(q.ops[i], g.cur->lin);
+    }
+    memmove(q.ops, q.ops + done_ops, (q.num - done_ops) * sizeof(WgmmaOp));
+    q.num -= done_ops;
+    for (unsigned i = done_groups; i < q.num_groups; i++) q.groups[i - done_groups] = q.groups[i] - done_ops;
+    q.num_groups -= done_groups;
+}
+
+// A thread that returns with wgmma work never waited for: an error, as its results were lost.
+inline void wgmma_check_drained() {
+    WgmmaQueue& q = wg_queues[g.cur->lin];
+    if (q.num) {
+        q.num = q.num_groups = 0;
+        fail("wgmma: a thread returned with warpgroup MMAs it never waited for");
+    }
+}
+inline void wgmma_reset(unsigned lin) { wg_queues[lin].num = wg_queues[lin].num_groups = 0; }
 
 }  // namespace emu
 

@@ -7,8 +7,6 @@
 #   PLUMB_CUDA_EMU_ORDER=blocks-reversed,threads-reversed   run blocks / a block's threads last first
 #   PLUMB_CUDA_EMU_CC_MAJOR / _MINOR (9 / 0), PLUMB_CUDA_EMU_SMS (132), PLUMB_CUDA_EMU_MEM_GB (8)
 #   PLUMB_CUDA_EMU_OPT (-O2): g++'s optimization of the kernels
-#   PLUMB_CUDA_MMA: 0 unless set (wgmma and TMA, which the bf16 `linear` takes, are not modeled)
-#   PLUMB_CUDA_ATT_WGMMA: 0 unless set (the prefill chunks' wgmma attention, the same)
 # What passes here passed on the CPU: indices, barriers and the data threads exchange are
 # checked; the GPU's bits, its tensor-core kernels and its speed are not (see prelude.h).
 set -euo pipefail
@@ -25,10 +23,6 @@ done
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PLUMB_CUDA_EMU_DIR="$here"
 # The kernel cache's key is the kernel source, not the emulator's: a home per emulator version.
-version="$(cat "$here/prelude.h" "$here/runtime.h" "$here/translate.py" | sha256sum | cut -c1-12)"
+version="$(cat "$here/prelude.h" "$here/runtime.h" "$here/tensor_map.h" "$here/translate.py" | sha256sum | cut -c1-12)"
 export PLUMB_HOME="${PLUMB_HOME:-$root/target/cuda-emu/home-$version}"
-# wgmma and TMA are not modeled (mma.sync and ldmatrix are): the tensor-core `linear` defaults
-# to off, so bf16 weights take the CUDA-core kernels; the tensor-core attention runs.
-export PLUMB_CUDA_MMA="${PLUMB_CUDA_MMA:-0}"
-export PLUMB_CUDA_ATT_WGMMA="${PLUMB_CUDA_ATT_WGMMA:-0}"
 exec "$@"

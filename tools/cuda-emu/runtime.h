@@ -51,6 +51,7 @@ inline char message[512];
 
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_entry() {
     g.call(g.fn, g.params);
+    wgmma_check_drained();
     g.cur->state = DONE;
     yield();
     __builtin_unreachable();
@@ -114,6 +115,14 @@ inline bool open_barriers(unsigned n) {
             opened = true;
         }
     }
+    // A thread at an mbarrier goes on once the phase it waits for has completed.
+    for (unsigned i = 0; i < n; i++) {
+        Thread& t = threads[i];
+        if (t.state == AT_MBAR && mbar_phase_done(t.bar_id, t.bar_count)) {
+            t.state = RUN;
+            opened = true;
+        }
+    }
     for (unsigned w = 0; w * 32 < n; w++) {
         unsigned waiting = 0, need = 0, unfinished = 0;
         for (unsigned l = 0; l < 32 && w * 32 + l < n; l++) {
@@ -142,6 +151,7 @@ inline const char* run_block(unsigned n, bool reverse) {
         t.exchanges = 0;
         t.mask = 0;
         t.sp = fresh_stack(i);
+        wgmma_reset(i);
     }
     g.reverse = reverse;
     for (;;) {
@@ -162,16 +172,17 @@ inline const char* run_block(unsigned n, bool reverse) {
         }
         if (!open_barriers(n)) {
             if (g.error) return g.error;
-            unsigned at_block = 0, at_warp = 0, at_named = 0;
+            unsigned at_block = 0, at_warp = 0, at_named = 0, at_mbar = 0;
             for (unsigned i = 0; i < n; i++) {
                 at_block += threads[i].state == AT_BLOCK;
                 at_warp += threads[i].state == AT_WARP;
                 at_named += threads[i].state == AT_NAMED;
+                at_mbar += threads[i].state == AT_MBAR;
             }
             snprintf(message, sizeof message,
                      "deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp barrier, %u at "
-                     "named barriers, the others have returned",
-                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp, at_named);
+                     "named barriers, %u at mbarriers, the others have returned",
+                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp, at_named, at_mbar);
             return message;
         }
     }

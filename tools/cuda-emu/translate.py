@@ -118,8 +118,67 @@ def model(asm_text, outs, ins):
         return f"emu::named_barrier((unsigned)({id_}), (unsigned)({count}))"
     if re.match(r"(cp\.async\.(commit_group|wait_group|wait_all)|griddepcontrol\.)", t):
         return "((void)0)"
+    hopper = model_hopper(t, tight, outs, ins)
+    if hopper:
+        return hopper
     name = re.sub(r"[^\w.:%,\[\] {};-]", "", t)[:80]
     return f'emu::fail("inline PTX the emulator does not model: {name}")'
+
+
+def operand(ops, tok):
+    """An asm operand token (`%N` or an immediate) as a C++ expression."""
+    return f"({ops[int(tok[1:])]})" if tok.startswith("%") else tok
+
+
+def model_hopper(t, tight, outs, ins):
+    """Hopper's mbarriers, TMA tile copies and warpgroup MMA (prelude.h), or None."""
+    ops = outs + ins
+    # Ordering and register hand-over only: nothing to do where one thread runs at a time and a
+    # warpgroup MMA reads its operands when its group is waited for.
+    if t == "" or re.match(r"(wgmma\.fence\.sync\.aligned|fence\.proxy\.async(\.shared::cta)?|"
+                           r"fence\.mbarrier_init\.release\.cluster|setmaxnreg\.(inc|dec)\.sync\.aligned\.u32 \d+);$", t):
+        return "((void)0)"
+    if t == "wgmma.commit_group.sync.aligned;":
+        return "emu::wgmma_commit()"
+    m = re.match(r"wgmma\.wait_group\.sync\.aligned (\d+);$", t)
+    if m:
+        return f"emu::wgmma_wait({m.group(1)})"
+    m = re.match(r"mbarrier\.init\.shared(?:::cta)?\.b64 \[(%\d+)\],(%\d+|\d+);$", tight)
+    if m:
+        return f"emu::mbar_init({operand(ops, m.group(1))}, {operand(ops, m.group(2))})"
+    m = re.match(r"mbarrier\.arrive\.expect_tx\.shared(?:::cta)?\.b64 _,\[(%\d+)\],(%\d+|\d+);$", tight)
+    if m:
+        return f"emu::mbar_arrive({operand(ops, m.group(1))}, {operand(ops, m.group(2))})"
+    m = re.match(r"mbarrier\.arrive\.shared(?:::cta)?\.b64 _,\[(%\d+)\];$", tight)
+    if m:
+        return f"emu::mbar_arrive({operand(ops, m.group(1))}, 0)"
+    m = re.match(r"\{ \.reg \.pred (\w+); mbarrier\.try_wait\.parity\.shared(?:::cta)?\.b64 \1,\[(%\d+)\],(%\d+|\d+); "
+                 r"selp\.(?:u32|b32) (%\d+),1,0,\1; \}$", tight)
+    if m and len(outs) == 1:
+        return f"(void)(({outs[0]}) = emu::mbar_wait({operand(ops, m.group(2))}, {operand(ops, m.group(3))}))"
+    m = re.match(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes "
+                 r"\[(%\d+)\],\[(%\d+),\{(%\d+),(%\d+)\}\],\[(%\d+)\];$", tight)
+    if m:
+        dst, mp, c0, c1, bar = (operand(ops, x) for x in m.groups())
+        return f"emu::tma_load_2d({dst}, (const void*)(uintptr_t){mp}, {c0}, {c1}, {bar})"
+    m = re.match(r"\{ \.reg \.pred (\w+); setp\.ne\.b32 \1,(%\d+|\d+),0; "
+                 r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(?:bf16|f16) "
+                 r"\{([%\d,]+)\},(?:(%\d+)|\{(%\d+),(%\d+),(%\d+),(%\d+)\}),(%\d+),\1,(-?1),(-?1)(?:,([01]))?,([01]); \}$",
+                 tight)
+    if m:
+        _, pred, n, ty, dl, da, a0, a1, a2, a3, db, sa, sb, ta, tb = m.groups()
+        ds = ", ".join(f"&{operand(ops, x)}" for x in dl.split(","))
+        regs = da is None
+        if regs and ta is not None:
+            return 'emu::fail("wgmma: a transposed A in registers")'
+        if not regs and ta is None:
+            return 'emu::fail("wgmma: a descriptor A without its transpose flag")'
+        avals = ", ".join(f"(unsigned){operand(ops, x)}" for x in (a0, a1, a2, a3)) if regs else "0u, 0u, 0u, 0u"
+        da_expr = "0ull" if regs else f"(unsigned long long){operand(ops, da)}"
+        return (f"emu::wgmma_issue<{'true' if ty == 'bf16' else 'false'}, {n}>({{{ds}}}, {'true' if regs else 'false'}, "
+                f"emu::U4{{{{{avals}}}}}, {da_expr}, (unsigned long long){operand(ops, db)}, (int){operand(ops, pred)}, "
+                f"{sa}, {sb}, {ta or 0}, {tb})")
+    return None
 
 
 def rewrite_asm(text):
