@@ -547,8 +547,9 @@ CUresult cuLaunchKernelEx(const LaunchConfig* c, void* f, void** params, void** 
     return launch((Function*)f, c->grid, c->block, c->smem, c->stream, params);
 }
 // A tiled tensor map as the TMA copies of prelude.h read it (tensor_map.h), checked as the
-// driver checks one: a global address 16-byte aligned, row strides multiples of 16, boxes of 1 to
-// 256 elements a dimension, a swizzled box's rows no wider than the swizzle's span. Rank 1 and 2.
+// driver checks one: rank 1 to 5, a global address 16-byte aligned, strides multiples of 16
+// below 2^40, boxes of 1 to 256 elements a dimension, a box's rows whole 16-byte chunks and, when
+// swizzled, no wider than the swizzle's span. No interleave, element strides of 1 only.
 CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* address, const uint64_t* dims,
                                 const uint64_t* strides, const unsigned* box, const unsigned* elem_strides,
                                 int interleave, int swizzle, int, int oob_fill) {
@@ -556,11 +557,14 @@ CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* addre
     const uint32_t es = emu::tensor_map_elem_bytes((uint32_t)dtype);
     if (!map || !es || rank < 1 || rank > 5 || !dims || !box || !elem_strides || (rank > 1 && !strides))
         return INVALID_VALUE;
-    if (rank > 2 || interleave != 0) return NOT_SUPPORTED;
+    if (interleave != 0) return NOT_SUPPORTED;
     if ((uintptr_t)address % 16 != 0 || swizzle < 0 || swizzle > 3) return INVALID_VALUE;
-    for (unsigned d = 0; d < rank; d++)
-        if (dims[d] == 0 || box[d] == 0 || box[d] > 256 || elem_strides[d] != 1) return INVALID_VALUE;
-    if (rank == 2 && (strides[0] % 16 != 0 || strides[0] < dims[0] * es)) return INVALID_VALUE;
+    for (unsigned d = 0; d < rank; d++) {
+        if (dims[d] == 0 || dims[d] > (1ull << 32) || box[d] == 0 || box[d] > 256) return INVALID_VALUE;
+        if (elem_strides[d] != 1) return NOT_SUPPORTED;
+    }
+    for (unsigned d = 0; d + 1 < rank; d++)
+        if (strides[d] % 16 != 0 || strides[d] >= (1ull << 40)) return INVALID_VALUE;
     if ((box[0] * es) % 16 != 0) return INVALID_VALUE;
     if (swizzle && box[0] * es > (16u << swizzle)) return INVALID_VALUE;
     emu::TensorMap m{};
@@ -572,12 +576,11 @@ CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* addre
     m.oob_fill = (uint32_t)oob_fill;
     m.elem_bytes = es;
     m.address = (uint64_t)(uintptr_t)address;
-    m.dims[0] = dims[0];
-    m.dims[1] = rank == 2 ? dims[1] : 1;
-    m.stride = rank == 2 ? strides[0] : dims[0] * es;
-    m.box[0] = box[0];
-    m.box[1] = rank == 2 ? box[1] : 1;
-    m.elem_strides[0] = m.elem_strides[1] = 1;
+    for (unsigned d = 0; d < 5; d++) {
+        m.dims[d] = d < rank ? dims[d] : 1;
+        m.box[d] = d < rank ? box[d] : 1;
+    }
+    for (unsigned d = 0; d + 1 < rank; d++) m.strides[d] = strides[d];
     memcpy(map, &m, sizeof m);
     return OK;
 }

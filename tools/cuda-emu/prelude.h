@@ -372,34 +372,47 @@ inline unsigned mbar_wait(unsigned a, unsigned parity) {
     return 1;
 }
 
-// cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box at
-// element coordinates (c0, c1) of `map` into shared memory at `dst` (rows of the box one after
-// another, each 16-byte chunk moved by the map's swizzle), zeros where the box leaves the
-// tensor, then the box's bytes completed on the barrier at `bar`. The copy happens at once
-// (a TMA copy's bytes land before the barrier's phase can complete, which is all a kernel may
-// rely on).
-inline void tma_load_2d(unsigned dst, const void* map_ptr, int c0, int c1, unsigned bar) {
+// cp.async.bulk.tensor.{1..5}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box
+// at element coordinates c (innermost first) of `map` into shared memory at `dst` (the box's rows,
+// its innermost extent each, one after another in the order of the outer coordinates, each
+// 16-byte chunk moved by the map's swizzle), zeros where the box leaves the tensor, then the
+// box's bytes completed on the barrier at `bar`. The copy happens at once (a TMA copy's bytes land
+// before the barrier's phase can complete, which is all a kernel may rely on).
+struct I5 {
+    int v[5];
+};
+inline void tma_load(int rank, unsigned dst, const void* map_ptr, I5 c, unsigned bar) {
     TensorMap m;
     memcpy(&m, map_ptr, sizeof m);
     if (m.magic != TENSOR_MAP_MAGIC) fail("cp.async.bulk.tensor: a tensor map cuTensorMapEncodeTiled did not write");
+    if ((int)m.rank != rank) fail("cp.async.bulk.tensor: coordinates of another rank than the map's");
     const unsigned es = m.elem_bytes, row_bytes = m.box[0] * es;
     if (dst % 128 != 0) fail("cp.async.bulk.tensor: a shared destination not 128-byte aligned");
     if (m.swizzle && row_bytes != (16u << m.swizzle))
         fail("cp.async.bulk.tensor: a swizzled box narrower than its span (not modeled)");
     const unsigned char* base = (const unsigned char*)(uintptr_t)m.address;
-    for (unsigned r = 0; r < m.box[1]; r++) {
-        const long long row = (long long)c1 + r;
+    const unsigned rows = m.box[1] * m.box[2] * m.box[3] * m.box[4];
+    for (unsigned r = 0; r < rows; r++) {
+        // Row r of the box: its index in each outer dimension, the innermost of them fastest.
+        long long off = 0;
+        bool inside = true;
+        unsigned rest = r;
+        for (int d = 1; d < 5; d++) {
+            const long long i = (long long)c.v[d] + rest % m.box[d];
+            rest /= m.box[d];
+            if (i < 0 || i >= (long long)m.dims[d]) inside = false;
+            if (d < rank) off += i * (long long)m.strides[d - 1];
+        }
         for (unsigned b = 0; b < row_bytes; b += es) {
-            const long long col = (long long)c0 + b / es;
-            const unsigned at = swizzle_address(dst + r * row_bytes + b, m.swizzle);
-            unsigned char* d = smem_ptr(at);
-            if (row >= 0 && row < (long long)m.dims[1] && col >= 0 && col < (long long)m.dims[0])
-                memcpy(d, base + (unsigned long long)row * m.stride + (unsigned long long)col * es, es);
+            const long long col = (long long)c.v[0] + b / es;
+            unsigned char* d = smem_ptr(swizzle_address(dst + r * row_bytes + b, m.swizzle));
+            if (inside && col >= 0 && col < (long long)m.dims[0])
+                memcpy(d, base + off + col * es, es);
             else
                 memset(d, 0, es);
         }
     }
-    mbar_complete_tx(bar, m.box[0] * m.box[1] * es);
+    mbar_complete_tx(bar, rows * row_bytes);
 }
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}: issued into the thread's queue and done

@@ -1,6 +1,6 @@
 // What the emulated driver's cuTensorMapEncodeTiled writes into a CUtensorMap's 128 bytes and
 // the emulated TMA copies read back (driver.cpp writes it, prelude.h's `tma_load` reads it).
-// Rank 1 and 2 only: the maps plumb makes (tma.rs) are 2-D.
+// Ranks 1 to 5, tiled, without interleave.
 #pragma once
 #include <stdint.h>
 
@@ -12,10 +12,9 @@ struct TensorMap {
     uint64_t magic;
     uint32_t dtype, rank, interleave, swizzle, oob_fill, elem_bytes;
     uint64_t address;
-    uint64_t dims[2];     // elements, innermost first
-    uint64_t stride;      // bytes between rows (dimension 1)
-    uint32_t box[2];      // elements of a box, innermost first
-    uint32_t elem_strides[2];
+    uint64_t dims[5];     // elements, innermost first (1 past the rank)
+    uint64_t strides[4];  // bytes between consecutive indices of dimensions 1.. (innermost: the element)
+    uint32_t box[5];      // elements of a box, innermost first (1 past the rank)
 };
 static_assert(sizeof(TensorMap) <= 128, "a CUtensorMap is 128 bytes");
 

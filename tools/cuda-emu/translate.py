@@ -156,11 +156,16 @@ def model_hopper(t, tight, outs, ins):
                  r"selp\.(?:u32|b32) (%\d+),1,0,\1; \}$", tight)
     if m and len(outs) == 1:
         return f"(void)(({outs[0]}) = emu::mbar_wait({operand(ops, m.group(2))}, {operand(ops, m.group(3))}))"
-    m = re.match(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes "
-                 r"\[(%\d+)\],\[(%\d+),\{(%\d+),(%\d+)\}\],\[(%\d+)\];$", tight)
+    m = re.match(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes "
+                 r"\[(%\d+)\],\[(%\d+),\{([%\d,]+)\}\],\[(%\d+)\];$", tight)
     if m:
-        dst, mp, c0, c1, bar = (operand(ops, x) for x in m.groups())
-        return f"emu::tma_load_2d({dst}, (const void*)(uintptr_t){mp}, {c0}, {c1}, {bar})"
+        rank, dst, mp, cs, bar = m.groups()
+        coords = [operand(ops, x) for x in cs.split(",")]
+        if len(coords) != int(rank):
+            return 'emu::fail("cp.async.bulk.tensor: a coordinate count unlike its rank")'
+        padded = ", ".join(f"(int){x}" for x in coords + ["0"] * (5 - len(coords)))
+        return (f"emu::tma_load({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
+                f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)})")
     m = re.match(r"\{ \.reg \.pred (\w+); setp\.ne\.b32 \1,(%\d+|\d+),0; "
                  r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(?:bf16|f16) "
                  r"\{([%\d,]+)\},(?:(%\d+)|\{(%\d+),(%\d+),(%\d+),(%\d+)\}),(%\d+),\1,(-?1),(-?1)(?:,([01]))?,([01]); \}$",
