@@ -549,7 +549,8 @@ CUresult cuLaunchKernelEx(const LaunchConfig* c, void* f, void** params, void** 
 // A tiled tensor map as the TMA copies of prelude.h read it (tensor_map.h), checked as the
 // driver checks one: rank 1 to 5, a global address 16-byte aligned, strides multiples of 16
 // below 2^40, boxes of 1 to 256 elements a dimension, a box's rows whole 16-byte chunks and, when
-// swizzled, no wider than the swizzle's span. No interleave, element strides of 1 only.
+// swizzled, no wider than the swizzle's span. No interleave, zeros past the tensor, element
+// strides of 1 only.
 CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* address, const uint64_t* dims,
                                 const uint64_t* strides, const unsigned* box, const unsigned* elem_strides,
                                 int interleave, int swizzle, int, int oob_fill) {
@@ -557,7 +558,7 @@ CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* addre
     const uint32_t es = emu::tensor_map_elem_bytes((uint32_t)dtype);
     if (!map || !es || rank < 1 || rank > 5 || !dims || !box || !elem_strides || (rank > 1 && !strides))
         return INVALID_VALUE;
-    if (interleave != 0) return NOT_SUPPORTED;
+    if (interleave != 0 || oob_fill != 0) return NOT_SUPPORTED;  // no interleave; zeros past the tensor
     if ((uintptr_t)address % 16 != 0 || swizzle < 0 || swizzle > 3) return INVALID_VALUE;
     for (unsigned d = 0; d < rank; d++) {
         if (dims[d] == 0 || dims[d] > (1ull << 32) || box[d] == 0 || box[d] > 256) return INVALID_VALUE;
@@ -571,9 +572,7 @@ CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* addre
     m.magic = emu::TENSOR_MAP_MAGIC;
     m.dtype = (uint32_t)dtype;
     m.rank = rank;
-    m.interleave = (uint32_t)interleave;
     m.swizzle = (uint32_t)swizzle;
-    m.oob_fill = (uint32_t)oob_fill;
     m.elem_bytes = es;
     m.address = (uint64_t)(uintptr_t)address;
     for (unsigned d = 0; d < 5; d++) {

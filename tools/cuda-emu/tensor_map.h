@@ -10,7 +10,7 @@ constexpr uint64_t TENSOR_MAP_MAGIC = 0x656d752d746d6170ull;  // "emu-tmap"
 
 struct TensorMap {
     uint64_t magic;
-    uint32_t dtype, rank, interleave, swizzle, oob_fill, elem_bytes;
+    uint32_t dtype, rank, swizzle, elem_bytes;
     uint64_t address;
     uint64_t dims[5];     // elements, innermost first (1 past the rank)
     uint64_t strides[4];  // bytes between consecutive indices of dimensions 1.. (innermost: the element)
