@@ -319,7 +319,6 @@ inline void ldmatrix_x4(bool trans, unsigned& r0, unsigned& r1, unsigned& r2, un
     }
 }
 
-
 // ---- Hopper: mbarriers, TMA tile copies, warpgroup MMA ----
 //
 // An mbarrier's 8 bytes here: pending arrivals (bits 0..15), the arrival count (16..30), the
@@ -327,40 +326,42 @@ inline void ldmatrix_x4(bool trans, unsigned& r0, unsigned& r1, unsigned& r2, un
 // completes when no arrival and no byte is pending: the parity flips and the count is re-armed.
 // `try_wait.parity P` is true once the phase of parity P has completed (the current parity is
 // not P); a thread whose wait is not yet true waits (AT_MBAR) until the scheduler sees it is.
-inline unsigned mbar_lo(unsigned a) { unsigned v; memcpy(&v, smem_ptr(a), 4); return v; }
-inline int mbar_tx(unsigned a) { int v; memcpy(&v, smem_ptr(a) + 4, 4); return v; }
-inline void mbar_settle(unsigned a) {
-    unsigned lo = mbar_lo(a);
-    const int tx = mbar_tx(a);
-    if ((lo & 0xffffu) == 0 && tx == 0) {
-        const unsigned count = lo >> 16 & 0x7fffu, parity = lo >> 31;
-        lo = (parity ^ 1u) << 31 | count << 16 | count;
+struct Mbar {
+    unsigned lo;  // pending arrivals, count, parity
+    int tx;       // pending transaction bytes
+};
+inline Mbar mbar_get(unsigned a) {
+    Mbar m;
+    memcpy(&m, smem_ptr(a), sizeof m);
+    return m;
+}
+// Stores the barrier, completing its phase first if nothing is pending.
+inline void mbar_put(unsigned a, Mbar m) {
+    if ((m.lo & 0xffffu) == 0 && m.tx == 0) {
+        const unsigned count = m.lo >> 16 & 0x7fffu, parity = m.lo >> 31;
+        m.lo = (parity ^ 1u) << 31 | count << 16 | count;
     }
-    memcpy(smem_ptr(a), &lo, 4);
+    memcpy(smem_ptr(a), &m, sizeof m);
 }
 inline void mbar_init(unsigned a, unsigned count) {
     if (a % 8 != 0) fail("mbarrier.init: an address that is not 8-byte aligned");
     if (count == 0 || count > 0x7fffu) fail("mbarrier.init: a count of 0 or past what the emulator keeps");
-    const unsigned lo = count << 16 | count;
-    const int tx = 0;
-    memcpy(smem_ptr(a), &lo, 4);
-    memcpy(smem_ptr(a) + 4, &tx, 4);
+    const Mbar m{count << 16 | count, 0};
+    memcpy(smem_ptr(a), &m, sizeof m);
 }
 inline void mbar_arrive(unsigned a, unsigned tx_bytes) {
-    const unsigned lo = mbar_lo(a);
-    if ((lo & 0xffffu) == 0) fail("mbarrier.arrive: more arrivals in a phase than the barrier counts");
-    const unsigned next = lo - 1;
-    const int tx = mbar_tx(a) + (int)tx_bytes;
-    memcpy(smem_ptr(a), &next, 4);
-    memcpy(smem_ptr(a) + 4, &tx, 4);
-    mbar_settle(a);
+    Mbar m = mbar_get(a);
+    if ((m.lo & 0xffffu) == 0) fail("mbarrier.arrive: more arrivals in a phase than the barrier counts");
+    m.lo -= 1;
+    m.tx += (int)tx_bytes;
+    mbar_put(a, m);
 }
 inline void mbar_complete_tx(unsigned a, unsigned bytes) {
-    const int tx = mbar_tx(a) - (int)bytes;
-    memcpy(smem_ptr(a) + 4, &tx, 4);
-    mbar_settle(a);
+    Mbar m = mbar_get(a);
+    m.tx -= (int)bytes;
+    mbar_put(a, m);
 }
-inline bool mbar_phase_done(unsigned a, unsigned parity) { return (mbar_lo(a) >> 31) != (parity & 1u); }
+inline bool mbar_phase_done(unsigned a, unsigned parity) { return (mbar_get(a).lo >> 31) != (parity & 1u); }
 // mbarrier.try_wait.parity as plumb's wait loops use it: returns (true) once the phase is done.
 inline unsigned mbar_wait(unsigned a, unsigned parity) {
     if (!mbar_phase_done(a, parity)) {

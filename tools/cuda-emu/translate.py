@@ -140,18 +140,16 @@ def model_hopper(t, tight, outs, ins):
         return "((void)0)"
     if t == "wgmma.commit_group.sync.aligned;":
         return "emu::wgmma_commit()"
-    m = re.match(r"wgmma\.wait_group\.sync\.aligned (\d+);$", t)
-    if m:
-        return f"emu::wgmma_wait({m.group(1)})"
-    m = re.match(r"mbarrier\.init\.shared(?:::cta)?\.b64 \[(%\d+)\],(%\d+|\d+);$", tight)
-    if m:
-        return f"emu::mbar_init({operand(ops, m.group(1))}, {operand(ops, m.group(2))})"
-    m = re.match(r"mbarrier\.arrive\.expect_tx\.shared(?:::cta)?\.b64 _,\[(%\d+)\],(%\d+|\d+);$", tight)
-    if m:
-        return f"emu::mbar_arrive({operand(ops, m.group(1))}, {operand(ops, m.group(2))})"
-    m = re.match(r"mbarrier\.arrive\.shared(?:::cta)?\.b64 _,\[(%\d+)\];$", tight)
-    if m:
-        return f"emu::mbar_arrive({operand(ops, m.group(1))}, 0)"
+    # Statements whose operands map one to one onto an emu:: call's arguments.
+    for pattern, call in (
+        (r"wgmma\.wait_group\.sync\.aligned (\d+);$", "emu::wgmma_wait({})"),
+        (r"mbarrier\.init\.shared(?:::cta)?\.b64 \[(%\d+)\],(%\d+|\d+);$", "emu::mbar_init({}, {})"),
+        (r"mbarrier\.arrive\.expect_tx\.shared(?:::cta)?\.b64 _,\[(%\d+)\],(%\d+|\d+);$", "emu::mbar_arrive({}, {})"),
+        (r"mbarrier\.arrive\.shared(?:::cta)?\.b64 _,\[(%\d+)\];$", "emu::mbar_arrive({}, 0)"),
+    ):
+        m = re.match(pattern, tight)
+        if m:
+            return call.format(*(operand(ops, x) for x in m.groups()))
     m = re.match(r"\{ \.reg \.pred (\w+); mbarrier\.try_wait\.parity\.shared(?:::cta)?\.b64 \1,\[(%\d+)\],(%\d+|\d+); "
                  r"selp\.(?:u32|b32) (%\d+),1,0,\1; \}$", tight)
     if m and len(outs) == 1:
