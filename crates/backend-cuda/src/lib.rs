@@ -211,6 +211,13 @@ pub struct CudaBackend {
     /// (`ops_tma::linear_tma_glu`; `PLUMB_CUDA_TMA_GLU=0` or `set_tma_glu(false)`: the two
     /// products, then `silu_mul`). The same bits.
     pub(crate) tma_glu: AtomicBool,
+    /// Whether gate|up and the SwiGLU of prefill rows (tiles of 128 and 192 rows, whole K) run as
+    /// one TMA launch with gate's and up's rows interleaved (the `_gli` instances); needs
+    /// `tma_glu`. `PLUMB_CUDA_TMA_GLI=0` or `set_tma_gli(false)`: the two products, then
+    /// `silu_mul`. The same bits.
+    pub(crate) tma_gli: AtomicBool,
+    /// Interleaved GLU launches so far (`tma_gli_launches`, for tests).
+    pub(crate) tma_gli_launches: std::sync::atomic::AtomicU64,
     /// Whether an RMSNorm runs inside the TMA products of decode rows that read it (the `_norm`
     /// instances, `ops_fused::tma_norm_fuses`): off unless `PLUMB_CUDA_TMA_NORM=1` or
     /// [`CudaBackend::set_tma_norm`] (the same bits either way). On the H100 one request's 8B
@@ -410,6 +417,8 @@ impl CudaBackend {
             tile_split: AtomicBool::new(std::env::var("PLUMB_CUDA_TILE_SPLIT").ok().is_none_or(|v| v != "0")),
             tma_glu: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLU").ok().is_none_or(|v| v != "0")),
             tma_glu_launches: 0.into(),
+            tma_gli: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLI").ok().is_none_or(|v| v != "0")),
+            tma_gli_launches: 0.into(),
             attention_wgmma: AtomicBool::new(std::env::var("PLUMB_CUDA_ATT_WGMMA").ok().is_none_or(|v| v != "0")),
             attention_wgmma_launches: 0.into(),
             tma_norm_launches: 0.into(),

@@ -11,7 +11,7 @@ use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, k
 use crate::pool::DeviceBuf;
 use crate::tma::{
     TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl,
-    tma_name_glu, tma_name_norm, tma_smem, tma_threads,
+    tma_name_gli, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
@@ -188,9 +188,12 @@ impl CudaBackend {
     /// `TMA_FOLD_IN_KERNEL_ROWS` rows) or `fold_chunks_glu` folds and takes the SwiGLU of — silu_mul's
     /// arithmetic on the folds `linear_multi` makes, so its bits. Where the launch `linear_multi`
     /// would make of [gate, up] runs 128-feature tasks a CTA a cluster on at most
-    /// `TMA_GLU_MAX_ROWS` rows, and `PLUMB_CUDA_TMA_GLU` is not 0 (`set_tma_glu`); false where it
-    /// does not apply, and nothing ran. With `norm` (the norm weight's pointer and epsilon), of
-    /// rms_norm(x) computed inside (a `_norm` instance: `TMA_NORM_ROWS` rows).
+    /// `TMA_GLU_MAX_ROWS` rows, and `PLUMB_CUDA_TMA_GLU` is not 0 (`set_tma_glu`); past those rows,
+    /// where it runs whole-K tasks of 128 or 192 rows, on the interleaved instances (`_gli`: each
+    /// warpgroup stages 32 features of gate and the same 32 of up in alternate 8-row boxes, so a
+    /// thread holds both sums of its elements) unless `PLUMB_CUDA_TMA_GLI=0` (`set_tma_gli`);
+    /// false where it does not apply, and nothing ran. With `norm` (the norm weight's pointer and
+    /// epsilon), of rms_norm(x) computed inside (a `_norm` instance: `TMA_NORM_ROWS` rows).
     pub(crate) fn linear_tma_glu(
         &self,
         x: &CudaTensor,
@@ -202,7 +205,9 @@ impl CudaBackend {
     ) -> bool {
         let rows = x.padded_rows;
         let same = (gate.ty, gate.rows, gate.cols, gate.row_bytes) == (up.ty, up.rows, up.cols, up.row_bytes);
-        let on = self.tma_glu.load(Ordering::Relaxed) && rows <= TMA_GLU_MAX_ROWS;
+        // Prefill rows: the interleaved instances.
+        let il = rows > TMA_GLU_MAX_ROWS;
+        let on = self.tma_glu.load(Ordering::Relaxed) && (!il || self.tma_gli.load(Ordering::Relaxed));
         if !on || !self.tma.enabled || !gate.mma || !up.mma || !same || rows == 0 {
             return false;
         }
@@ -212,8 +217,12 @@ impl CudaBackend {
         if ft != 128 || cl != 1 || (norm.is_some() && n != TMA_NORM_ROWS) {
             return false;
         }
-        let gmap = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, 64);
-        let umap = bf16_tile_map(up.ptr, cols, n0, up.row_bytes, 64);
+        if il && (n < 128 || splits != 1 || norm.is_some()) {
+            return false;
+        }
+        let box_rows = if il { 8 } else { 64 };
+        let gmap = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, box_rows);
+        let umap = bf16_tile_map(up.ptr, cols, n0, up.row_bytes, box_rows);
         // The norm inside reads x itself: no rounded copy, and a map of x never read (gate's).
         let xmap = match norm {
             Some(_) => gmap,
@@ -229,7 +238,7 @@ impl CudaBackend {
         let cfg = LaunchConfig {
             grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: (tma_smem(n, ft) + TMA_GLU_XCH_BYTES) as u32,
+            shared_mem_bytes: (tma_smem(n, ft) + if il { 0 } else { TMA_GLU_XCH_BYTES }) as u32,
         };
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * 2 * n0 * 4));
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
@@ -239,7 +248,11 @@ impl CudaBackend {
         let xb = round.then(|| self.alloc(rows * n0 * 2));
         let xb_ptr = xb.as_ref().map_or(0, |b| b.ptr);
         let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
-        let name = if norm.is_some() { tma_name_norm(n, kc, true) } else { tma_name_glu(n, kc) };
+        let name = match norm {
+            Some(_) => tma_name_norm(n, kc, true),
+            None if il => tma_name_gli(n, kc),
+            None => tma_name_glu(n, kc),
+        };
         let l = Launch::new(self.kernel(&name), cfg)
             .tensor_map(&xmap)
             .tensor_map(&gmap)
@@ -269,6 +282,7 @@ impl CudaBackend {
             self.work.add((w.rows * w.row_bytes) as u64, crate::measure::linear_flops(x.rows, w.rows, w.cols));
         }
         self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
+        self.tma_gli_launches.fetch_add(il as u64, Ordering::Relaxed);
         self.tma_norm_launches.fetch_add(norm.is_some() as u64, Ordering::Relaxed);
         true
     }

@@ -134,6 +134,18 @@ impl CudaBackend {
         self.tma_glu_launches.load(Ordering::Relaxed)
     }
 
+    /// Runs prefill rows' tensor-core gate|up and the SwiGLU as one TMA launch, gate's and up's
+    /// rows interleaved (on, the default, where `set_tma_glu` is on too) or as the two products
+    /// and `silu_mul` (off): the same bits.
+    pub fn set_tma_gli(&self, on: bool) {
+        self.tma_gli.store(on, Ordering::Relaxed);
+    }
+
+    /// Of `tma_glu_launches`, those of prefill rows with gate's and up's rows interleaved.
+    pub fn tma_gli_launches(&self) -> u64 {
+        self.tma_gli_launches.load(Ordering::Relaxed)
+    }
+
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
@@ -145,7 +157,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 29] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 30] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -176,6 +188,7 @@ impl CudaBackend {
             ("linear_tile_32_rows", self.linear_tile.load(Ordering::Relaxed) == 2),
             ("linear_tile_chunk_split", self.tile_split.load(Ordering::Relaxed)),
             ("linear_tma_glu", self.tma_glu.load(Ordering::Relaxed)),
+            ("linear_tma_glu_prefill_interleaved", self.tma_gli.load(Ordering::Relaxed)),
         ]
     }
 

@@ -70,6 +70,13 @@ pub(crate) fn tma_name_glu(n: usize, kc: usize) -> String {
     format!("linear_tma_bf16_n{n}_glu{k}")
 }
 
+/// The name of the interleaved GLU instance (prefill rows: `n` of 128 or 192, whole K) for a
+/// weight folded in chunks of `kc`: gate's and up's rows staged in 8-row boxes, interleaved.
+pub(crate) fn tma_name_gli(n: usize, kc: usize) -> String {
+    let k = if kc == 1024 { "_k1024" } else { "" };
+    format!("linear_tma_bf16_n{n}_gli{k}")
+}
+
 /// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
 /// its CTAs in clusters of two sharing x (the `_c2` instances: 64 rows, 128 features, whole K).
 pub(crate) fn tma_cluster(on: bool, n: usize, ft: usize, splits: usize) -> usize {
@@ -99,12 +106,13 @@ pub(crate) fn tma_name_norm(n: usize, kc: usize, glu: bool) -> String {
     format!("linear_tma_bf16_n{n}{g}_norm{k}")
 }
 
-/// The most rows of a GLU launch (`ops_tma::linear_tma_glu`); more run the two products and
-/// `silu_mul`. On an H100 the 8B's gate|up with the SwiGLU at 2,048 rows took 1,246 µs a launch
-/// against ~860 for the products and 171 for `silu_mul` (pp2048 23,840 / 23,931 tokens/s against
-/// 25,036 / 24,599; session 22, receipts/ab/session22/h100-call3-glu): the 192-row tile's store,
-/// silu_mul's division and exponential on one warpgroup while the tensor cores wait, cost more
-/// than the launch. At one row it won (tg32 163.8 / 163.7 against 161.8 / 161.4).
+/// The most rows of a GLU launch whose warpgroups exchange the up sums (`_glu`,
+/// `ops_tma::linear_tma_glu`); more run the interleaved instances (`_gli`) or the two products
+/// and `silu_mul`. On an H100 the 8B's gate|up with the exchange at 2,048 rows took 1,246 µs a
+/// launch against ~860 for the products and 171 for `silu_mul` (pp2048 23,840 / 23,931 tokens/s
+/// against 25,036 / 24,599; session 22, receipts/ab/session22/h100-call3-glu): the 192-row tile's
+/// store, silu_mul's division and exponential on one warpgroup while the tensor cores wait, cost
+/// more than the launch. At one row it won (tg32 163.8 / 163.7 against 161.8 / 161.4).
 pub(crate) const TMA_GLU_MAX_ROWS: usize = 64;
 
 /// The shared memory a GLU launch (`ops_tma::linear_tma_glu`) adds past the stages: 16 words of
@@ -117,7 +125,7 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
     let rest = rest.strip_suffix("_norm").unwrap_or(rest);
-    let rest = rest.strip_suffix("_glu").unwrap_or(rest);
+    let rest = rest.strip_suffix("_glu").or_else(|| rest.strip_suffix("_gli")).unwrap_or(rest);
     let rest = rest.strip_suffix("_c2").unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
@@ -280,6 +288,10 @@ mod tests {
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));
         assert!(tma_smem(192, 128) + super::TMA_GLU_XCH_BYTES <= 227 * 1024);
+        // The interleaved GLU: the plain instance's stages, no exchange.
+        assert_eq!(super::tma_name_gli(192, 1024), "linear_tma_bf16_n192_gli_k1024");
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_gli(192, 1024)), Some(tma_smem(192, 128)));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_gli(128, 256)), Some(tma_smem(128, 128)));
         // The norm inside: its own stages, named after the plain and GLU instances.
         assert_eq!(super::tma_name_norm(8, 1024, true), "linear_tma_bf16_n8_glu_norm_k1024");
         assert_eq!(super::tma_name_norm(8, 256, false), "linear_tma_bf16_n8_norm");

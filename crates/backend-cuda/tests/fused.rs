@@ -145,14 +145,15 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
     // or to `fold_chunks_glu`. Every output must equal `linear_multi` then `silu_mul`, for
     // widths that end in a partial 64-feature tile (258, 40) and whole ones, K of one stage past
     // whole chunks (8,448), rows on each instance and fold (1 and 3 split, folded by the last
-    // block; 16 split, folded apart; 64 whole K; past 64, apart), and with the launch off; and the
+    // block; 16 split, folded apart; 64 whole K; past 64, the interleaved instances on 128-row
+    // tiles, and at 2,000 rows of the widest on 192-row ones), and with the launch off; and the
     // down projection after it, which takes the launch's rounded copy, must give the bits of the
     // same rows rounded afresh.
-    let before = b.tma_glu_launches();
+    let (before, before_il) = (b.tma_glu_launches(), b.tma_gli_launches());
     for (n, k) in [(1536usize, 576usize), (258, 1024), (40, 8192), (2304, 4096), (96, 8448)] {
         let (gate, up) = (weight(&b, &mut rng, GgmlType::BF16, n, k), weight(&b, &mut rng, GgmlType::BF16, n, k));
         let down = (n % 32 == 0).then(|| weight(&b, &mut rng, GgmlType::BF16, 64, n));
-        for m in [1, 3, 16, 64, 65, 130, 300, 700] {
+        for m in [1, 3, 16, 64, 65, 130, 300, 700, 2000] {
             let what = format!("{n}x{k}, {m} rows");
             let x = b.upload(&activations(&mut rng, m, k, Spread::DynamicRange), m, k);
             let mut apart = b.tensor(m, n);
@@ -180,7 +181,12 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
     b.set_tma_glu(true);
     // Most of those calls run 128-feature tasks: the one launch must have run.
     assert!(b.tma_glu_launches() > before, "no GLU launch ran");
-    eprintln!("linear_swiglu (TMA): {} GLU launches, the bits apart", b.tma_glu_launches() - before);
+    assert!(b.tma_gli_launches() > before_il, "no interleaved GLU launch ran");
+    eprintln!(
+        "linear_swiglu (TMA): {} GLU launches ({} interleaved), the bits apart",
+        b.tma_glu_launches() - before,
+        b.tma_gli_launches() - before_il
+    );
 }
 
 #[test]

@@ -23,9 +23,17 @@
 // are folded in chunk order — by the last block of a feature tile to arrive where `counters` is
 // given (they count arrivals, never add values; that block resets its counter), else by
 // `fold_chunks` after the kernel. The same fold either way, so the split changes no bit.
-// Under `glu` (gate|up with the SwiGLU, whole K) a task's two warpgroups take the same 64
-// features of gate and of up, and the task stores silu(gate) · up with silu_mul's arithmetic:
-// the bits of the two products and silu_mul apart, without the products' round trip to memory.
+// Under `glu` (gate|up with the SwiGLU) a task takes 64 features of gate and the same 64 of up,
+// and stores silu(gate) · up with silu_mul's arithmetic: the bits of the two products and
+// silu_mul apart, without the products' round trip to memory. Decode rows (GLU_XCH, the `_glu`
+// instances): warpgroup 0 takes gate's 64, warpgroup 1 up's, and hands its sums over through
+// shared memory; split K folds both. Prefill rows (GLU_IL, the `_gli` instances, whole K):
+// warpgroup h takes features 32 h .. 32 h + 31 of the task's, gate's and up's rows interleaved
+// in 8-row boxes (rows 16 w .. 16 w + 7 of its tile gate's features 8 w .. 8 w + 7, the next 8
+// up's), so a thread's accumulators of row g are gate's and of row g + 8 up's of the same
+// (feature, row): the SwiGLU in registers, both warpgroups at once, nothing exchanged. An
+// element's products depend on its own weight row and row of x only, wherever the tile puts
+// them (tests/mma_probe.rs): the same bits as the products apart.
 
 
 // K-major operand with 128-byte swizzle: rows of 64 bf16 (128 bytes), 8-row atoms 1024 bytes
@@ -206,11 +214,15 @@ __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 1
 // Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
 // GLU_XCH x 128 floats (8 KB) of shared memory past the stages (`tma::TMA_GLU_XCH_BYTES`).
 #define GLU_XCH 16
+// The `glu` modes of linear_tma (above).
+#define GLU_NONE 0
+#define GLU_EXCHANGE 1
+#define GLU_IL 2
 
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT, int SPC, int CL, bool GLU, bool NRM>
+template <int N, int FT, int SPC, int CL, int GLU, bool NRM>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
@@ -243,11 +255,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
-    // GLU (the `_glu` instances: 128 features a task, one CTA a cluster; n0 = n1, n2 = 0): a task
-    // is 64 features of gate (weight 0, warpgroup 0) and the same 64 of up (weight 1, warpgroup
-    // 1), each staged from a map of 64-row boxes; the task stores silu(gate) · up (`silu_times`)
-    // of its 64 features, with `xb` also their rounded k-permuted copy as silu_mul_bf16 writes it.
-    static_assert(!GLU || (FT == 128 && CL == 1 && N <= 64), "GLU: 128 features a task, one CTA, decode rows");
+    // GLU (the `_glu` and `_gli` instances: 128 features a task, one CTA a cluster; n0 = n1,
+    // n2 = 0): a task is 64 features of gate (weight 0) and the same 64 of up (weight 1), staged
+    // from maps of 64-row boxes (GLU_EXCHANGE: gate's to warpgroup 0, up's to 1) or 8-row ones
+    // (GLU_IL: interleaved); the task stores silu(gate) · up (`silu_times`) of its 64 features,
+    // with `xb` also their rounded k-permuted copy as silu_mul_bf16 writes it.
+    static_assert(GLU != GLU_EXCHANGE || (FT == 128 && CL == 1 && N <= 64), "GLU: 128 features a task, one CTA, decode rows");
+    static_assert(GLU != GLU_IL || (FT == 128 && CL == 1 && N >= 128 && !NRM), "GLU_IL: 128 features a task, one CTA, prefill rows");
     const int all_tiles =
         GLU ? (n0 + 63) / 64 : (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
     // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
@@ -281,9 +295,20 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     if constexpr (CL == 2) cluster_sync();  // the peer's barriers exist before any copy lands there
 
     // Stage s of feature tile ft's weight rows into dst: one box of FT rows of its weight, or
-    // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up.
+    // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up, or (GLU_IL) for
+    // each warpgroup h and warp w, gate's 8 rows of features 32 h + 8 w .. and up's same 8 after
+    // them (each box one 1,024-byte swizzle atom: the layout one box of 64 rows would give).
     auto load_w = [&](u32 dst, int s, int ft, u32 full) {
-        if constexpr (GLU) {
+        if constexpr (GLU == GLU_IL) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int f = ft * 64 + 8 * j;  // j = 4 h + w
+                tma_load_2d(dst + 2 * j * 1024, &wmap0, s * WG_KS, f, full);
+                tma_load_2d(dst + (2 * j + 1) * 1024, &wmap1, s * WG_KS, f, full);
+            }
+            return;
+        }
+        if constexpr (GLU == GLU_EXCHANGE) {
             tma_load_2d(dst, &wmap0, s * WG_KS, ft * 64, full);
             tma_load_2d(dst + 64 * 128, &wmap1, s * WG_KS, ft * 64, full);
             return;
@@ -359,7 +384,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         // n0w: the task's first, or its second half's for warpgroup 1 of a 64-feature task.
         const Seg sg = seg_of(ft, FT, n0, n1);
         const int n_out = GLU ? n0 : pick3(sg.s, n0, n1, n2);
-        const int m0 = GLU ? ft * 64 + 16 * warp + g : sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
+        const int m0 = GLU == GLU_IL         ? ft * 64 + 32 * wg + 8 * warp + g
+                       : GLU == GLU_EXCHANGE ? ft * 64 + 16 * warp + g
+                                             : sg.u * FT + (FT == 128 ? 64 * wg : 0) + 16 * warp + g;
         const int n0w = r0 + (FT == 128 ? 0 : wg * NW);
         if constexpr (NRM) {
             // The first stage's share goes out before the inverse rms (which it does not need).
@@ -412,7 +439,22 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
         // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the warpgroup's NW.
         float* out = pick3(sg.s, out0, out1, out2);
-        if (GLU && !split) {
+        if constexpr (GLU == GLU_IL) {
+            // Elements e with (e / 2) % 2 = 0 are gate's of feature m0, e + 2 up's of the same row
+            // (whole K: the host launches no split).
+#pragma unroll
+            for (int e = 0; e < NW / 2; e++) {
+                if ((e / 2) % 2) continue;
+                const int n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
+                if (m0 < n0 && n < num_rows) {
+                    const float y = silu_times(acc[e], acc[e + 2]);
+                    out0[(u64)n * n0 + m0] = y;
+                    if (xb) xb[(u64)n * n0 + kperm(m0)] = (unsigned short)bf16_bits(y);
+                }
+            }
+            continue;
+        }
+        if (GLU == GLU_EXCHANGE && !split) {
             // Warpgroup 1 hands its up sums to warpgroup 0, whose threads hold the gate sums of the
             // same (feature, row) elements, GLU_XCH at a time through the shared words past the
             // stages (named barrier 1: the producer warp takes no part).
@@ -459,7 +501,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (!is_last) continue;
         __threadfence();
-        if constexpr (GLU) {
+        if constexpr (GLU == GLU_EXCHANGE) {
             // Gate's and up's columns of the pair's 64 features, each folded as `fold_chunks_glu`
             // folds them, and their SwiGLU.
             for (int j = threadIdx.x; j < num_rows * 64; j += 256) {
@@ -509,8 +551,8 @@ extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float
 // One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
 // the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
 // accumulators of the 64-row instance at its 96 registers).
-#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, false, false, NAME, BLOCKS)
-#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, false, false, NAME, BLOCKS)
+#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, GLU_NONE, false, NAME, BLOCKS)
+#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, GLU_NONE, false, NAME, BLOCKS)
 #define LINEAR_TMA_G(N, FT, SPC, CL, GLU, NRM, NAME, BLOCKS)                                                        \
     extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
         const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
@@ -525,17 +567,21 @@ extern "C" __global__ void fold_chunks_glu(const float* __restrict__ part, float
 #define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
     LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
     LINEAR_TMA(N, FT, 16, NAME##_k1024, BLOCKS)
-// gate|up with the SwiGLU (`GLU`): 128 features a task, one CTA a cluster, up to 64 rows (at 2,048
-// rows the 192-row tile's store of the SwiGLU cost more than the silu_mul launch it saved).
-#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                          \
-    LINEAR_TMA_G(N, 128, 4, 1, true, false, NAME##_glu, BLOCKS) \
-    LINEAR_TMA_G(N, 128, 16, 1, true, false, NAME##_glu_k1024, BLOCKS)
+// gate|up with the SwiGLU (`GLU`): 128 features a task, one CTA a cluster; up to 64 rows with
+// warpgroup 1's up sums exchanged (`_glu`), 128 and 192 rows interleaved (`_gli`; session 22's
+// exchange at 2,048 rows cost more than the silu_mul launch it saved).
+#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                                 \
+    LINEAR_TMA_G(N, 128, 4, 1, GLU_EXCHANGE, false, NAME##_glu, BLOCKS) \
+    LINEAR_TMA_G(N, 128, 16, 1, GLU_EXCHANGE, false, NAME##_glu_k1024, BLOCKS)
+#define LINEAR_TMA_GLI(N, NAME, BLOCKS)                           \
+    LINEAR_TMA_G(N, 128, 4, 1, GLU_IL, false, NAME##_gli, BLOCKS) \
+    LINEAR_TMA_G(N, 128, 16, 1, GLU_IL, false, NAME##_gli_k1024, BLOCKS)
 // The norm inside (`_norm`, NRM), of the products alone and of gate|up with the SwiGLU: decode rows.
 #define LINEAR_TMA_NORM(N, NAME, BLOCKS)                                  \
-    LINEAR_TMA_G(N, 128, 4, 1, false, true, NAME##_norm, BLOCKS)         \
-    LINEAR_TMA_G(N, 128, 16, 1, false, true, NAME##_norm_k1024, BLOCKS)  \
-    LINEAR_TMA_G(N, 128, 4, 1, true, true, NAME##_glu_norm, BLOCKS)      \
-    LINEAR_TMA_G(N, 128, 16, 1, true, true, NAME##_glu_norm_k1024, BLOCKS)
+    LINEAR_TMA_G(N, 128, 4, 1, GLU_NONE, true, NAME##_norm, BLOCKS)             \
+    LINEAR_TMA_G(N, 128, 16, 1, GLU_NONE, true, NAME##_norm_k1024, BLOCKS)      \
+    LINEAR_TMA_G(N, 128, 4, 1, GLU_EXCHANGE, true, NAME##_glu_norm, BLOCKS)     \
+    LINEAR_TMA_G(N, 128, 16, 1, GLU_EXCHANGE, true, NAME##_glu_norm_k1024, BLOCKS)
 LINEAR_TMA_KC(8, 128, n8, 2)
 LINEAR_TMA_KC(16, 128, n16, 2)
 LINEAR_TMA_KC(32, 128, n32, 2)
@@ -552,4 +598,6 @@ LINEAR_TMA_GLU(8, n8, 2)
 LINEAR_TMA_GLU(16, n16, 2)
 LINEAR_TMA_GLU(32, n32, 2)
 LINEAR_TMA_GLU(64, n64, 2)
+LINEAR_TMA_GLI(128, n128, 1)
+LINEAR_TMA_GLI(192, n192, 1)
 LINEAR_TMA_NORM(8, n8, 2)
