@@ -10,7 +10,7 @@ use crate::launch::Launch;
 use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
 use crate::pool::DeviceBuf;
 use crate::tma::{
-    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_tile_map, tma_cluster, tma_name_cl,
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_cluster, tma_name_cl,
     tma_name_gli, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
@@ -190,8 +190,9 @@ impl CudaBackend {
     /// would make of [gate, up] runs 128-feature tasks a CTA a cluster on at most
     /// `TMA_GLU_MAX_ROWS` rows, and `PLUMB_CUDA_TMA_GLU` is not 0 (`set_tma_glu`); past those rows,
     /// where it runs whole-K tasks of 128 or 192 rows, on the interleaved instances (`_gli`: each
-    /// warpgroup stages 32 features of gate and the same 32 of up in alternate 8-row boxes, so a
-    /// thread holds both sums of its elements) unless `PLUMB_CUDA_TMA_GLI=0` (`set_tma_gli`);
+    /// warpgroup stages 32 features of gate and the same 32 of up in alternate 8-row atoms, one
+    /// box of `bf16_pair_map` a stage, so a thread holds both sums of its elements; where that map
+    /// does not apply, up below gate in memory, the two apart) unless `PLUMB_CUDA_TMA_GLI=0` (`set_tma_gli`);
     /// false where it does not apply, and nothing ran. With `norm` (the norm weight's pointer and
     /// epsilon), of rms_norm(x) computed inside (a `_norm` instance: `TMA_NORM_ROWS` rows).
     pub(crate) fn linear_tma_glu(
@@ -220,9 +221,21 @@ impl CudaBackend {
         if il && (n < 128 || splits != 1 || norm.is_some()) {
             return false;
         }
-        let box_rows = if il { 8 } else { 64 };
-        let gmap = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, box_rows);
-        let umap = bf16_tile_map(up.ptr, cols, n0, up.row_bytes, box_rows);
+        // Interleaved: gate and up in one rank-4 map, both staged by one box a stage (whole
+        // groups of 8 features, 16-byte multiples apart; else the two apart). `up_first`: the
+        // map's first weight, the one lower in memory, is up.
+        let (gmap, umap, up_first) = if il {
+            if gate.row_bytes != up.row_bytes {
+                return false;
+            }
+            let Some((pair, up_first)) = bf16_pair_map(gate.ptr, up.ptr, cols, n0, gate.row_bytes) else {
+                return false;
+            };
+            (pair, pair, up_first)
+        } else {
+            let g = bf16_tile_map(gate.ptr, cols, n0, gate.row_bytes, 64);
+            (g, bf16_tile_map(up.ptr, cols, n0, up.row_bytes, 64), false)
+        };
         // The norm inside reads x itself: no rounded copy, and a map of x never read (gate's).
         let xmap = match norm {
             Some(_) => gmap,
@@ -261,7 +274,8 @@ impl CudaBackend {
         let args = TmaArgs {
             outs: [out.ptr(), 0, 0],
             rows,
-            features: [n0, n0, 0],
+            // n2 of a GLU launch: under GLU_IL, whether the pair map holds up first.
+            features: [n0, n0, up_first as usize],
             cols,
             per_split,
             part: part_ptr,

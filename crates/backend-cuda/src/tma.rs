@@ -71,7 +71,7 @@ pub(crate) fn tma_name_glu(n: usize, kc: usize) -> String {
 }
 
 /// The name of the interleaved GLU instance (prefill rows: `n` of 128 or 192, whole K) for a
-/// weight folded in chunks of `kc`: gate's and up's rows staged in 8-row boxes, interleaved.
+/// weight folded in chunks of `kc`: gate's and up's rows staged interleaved by 8 (`bf16_pair_map`).
 pub(crate) fn tma_name_gli(n: usize, kc: usize) -> String {
     let k = if kc == 1024 { "_k1024" } else { "" };
     format!("linear_tma_bf16_n{n}_gli{k}")
@@ -224,18 +224,51 @@ impl TmaPlan {
 /// If the driver refuses the map (an address or stride TMA cannot take: they are 16-byte
 /// multiples for every tensor-core weight and rounded activation), like any in-op device failure.
 pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, box_rows: usize) -> sys::CUtensorMap {
+    let map = encode_bf16_map(ptr, &[k as u64, rows as u64], &[row_bytes as u64], &[64, box_rows as u32]);
+    map.unwrap_or_else(|r| {
+        panic!("encoding a TMA map of {rows} x {k} bf16 at {ptr:#x}, rows {row_bytes} bytes apart: {r:?}")
+    })
+}
+
+/// The rank-4 map the interleaved GLU (`_gli` instances) stages a task's weights with: gate's
+/// and up's `rows` rows of `k` elements (`row_bytes` apart each) seen as (k, 8 rows, which
+/// weight, group of 8 features), so one box of 64 × 8 × 2 × 8 lands, one 1,024-byte swizzle atom
+/// after another, the first weight's 8 rows of a group, the other's same 8, then the next
+/// group's: the layout the kernel's accumulator pairs need, in one copy a stage instead of
+/// sixteen. The first weight is the one lower in memory (a stride is unsigned): the bool says
+/// whether that is up (the kernel then reads its pairs the other way). None where the two cannot
+/// be one tensor of TMA: not a multiple of 16 bytes apart, rows not whole groups of 8, or the
+/// driver refusing the map.
+pub(crate) fn bf16_pair_map(
+    gate: u64,
+    up: u64,
+    k: usize,
+    rows: usize,
+    row_bytes: usize,
+) -> Option<(sys::CUtensorMap, bool)> {
+    let (first, apart) = (gate.min(up), gate.abs_diff(up));
+    if apart == 0 || apart % 16 != 0 || rows % 8 != 0 || row_bytes % 16 != 0 {
+        return None;
+    }
+    let dims = [k as u64, 8, 2, (rows / 8) as u64];
+    let strides = [row_bytes as u64, apart, 8 * row_bytes as u64];
+    encode_bf16_map(first, &dims, &strides, &[64, 8, 2, 8]).ok().map(|m| (m, up < gate))
+}
+
+/// `cuTensorMapEncodeTiled` of bf16 elements at `ptr`: dims innermost first, the byte strides of
+/// every dimension past the first, boxes of 64 elements (128 bytes, the swizzle's span) by the
+/// rest, 128-byte swizzle, no fill past the tensor but zeros.
+fn encode_bf16_map(ptr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Result<sys::CUtensorMap, sys::CUresult> {
+    assert!(dims.len() == boxes.len() && strides.len() + 1 == dims.len() && dims.len() <= 5, "a TMA map's shape");
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    let dims = [k as u64, rows as u64];
-    let strides = [row_bytes as u64];
-    let boxes = [64u32, box_rows as u32];
-    let elem_strides = [1u32, 1];
-    // SAFETY: every pointer argument points at a live local array of the length the rank (2)
-    // asks for; `ptr` is a device address the driver only records in the map.
+    let elem_strides = [1u32; 5];
+    // SAFETY: every pointer argument points at a live local array of the length the rank asks
+    // for (checked above); `ptr` is a device address the driver only records in the map.
     let r = unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            2,
+            dims.len() as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
@@ -247,12 +280,7 @@ pub(crate) fn bf16_tile_map(ptr: u64, k: usize, rows: usize, row_bytes: usize, b
             sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     };
-    assert_eq!(
-        r,
-        sys::CUresult::CUDA_SUCCESS,
-        "encoding a TMA map of {rows} x {k} bf16 at {ptr:#x}, rows {row_bytes} bytes apart"
-    );
-    map
+    if r == sys::CUresult::CUDA_SUCCESS { Ok(map) } else { Err(r) }
 }
 
 /// The shared memory an instance is launched with (its kernel attribute): `tma_smem_of`, plus

@@ -29,8 +29,8 @@
 // instances): warpgroup 0 takes gate's 64, warpgroup 1 up's, and hands its sums over through
 // shared memory; split K folds both. Prefill rows (GLU_IL, the `_gli` instances, whole K):
 // warpgroup h takes features 32 h .. 32 h + 31 of the task's, gate's and up's rows interleaved
-// in 8-row boxes (rows 16 w .. 16 w + 7 of its tile gate's features 8 w .. 8 w + 7, the next 8
-// up's), so a thread's accumulators of row g are gate's and of row g + 8 up's of the same
+// in 8-row atoms (rows 16 w .. 16 w + 7 of its tile gate's features 8 w .. 8 w + 7, the next 8
+// up's; one box of a rank-4 map over both weights a stage, tma::bf16_pair_map), so a thread's accumulators of row g are gate's and of row g + 8 up's of the same
 // (feature, row): the SwiGLU in registers, both warpgroups at once, nothing exchanged. An
 // element's products depend on its own weight row and row of x only, wherever the tile puts
 // them (tests/mma_probe.rs): the same bits as the products apart.
@@ -77,6 +77,16 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int k, i
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
         "[%4];\n" ::"r"(dst),
         "l"((u64)map), "r"(k), "r"(row), "r"(bar)
+        : "memory");
+}
+
+// The box at (c0, c1, c2, c3) of a rank-4 `map` into shared memory at `dst`, completing its bytes
+// on `bar`.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaMap* map, int c0, int c1, int c2, int c3, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
         : "memory");
 }
 
@@ -256,7 +266,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
     // GLU (the `_glu` and `_gli` instances: 128 features a task, one CTA a cluster; n0 = n1,
-    // n2 = 0): a task is 64 features of gate (weight 0) and the same 64 of up (weight 1), staged
+    // n2 = 0, or under GLU_IL whether the pair map holds up's rows first): a task is 64 features of gate (weight 0) and the same 64 of up (weight 1), staged
     // from maps of 64-row boxes (GLU_EXCHANGE: gate's to warpgroup 0, up's to 1) or 8-row ones
     // (GLU_IL: interleaved); the task stores silu(gate) · up (`silu_times`) of its 64 features,
     // with `xb` also their rounded k-permuted copy as silu_mul_bf16 writes it.
@@ -297,15 +307,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // Stage s of feature tile ft's weight rows into dst: one box of FT rows of its weight, or
     // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up, or (GLU_IL) for
     // each warpgroup h and warp w, gate's 8 rows of features 32 h + 8 w .. and up's same 8 after
-    // them (each box one 1,024-byte swizzle atom: the layout one box of 64 rows would give).
+    // them (each 8 rows one 1,024-byte swizzle atom: the layout one box of 64 rows would give),
+    // all in one box of the rank-4 pair map.
     auto load_w = [&](u32 dst, int s, int ft, u32 full) {
         if constexpr (GLU == GLU_IL) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int f = ft * 64 + 8 * j;  // j = 4 h + w
-                tma_load_2d(dst + 2 * j * 1024, &wmap0, s * WG_KS, f, full);
-                tma_load_2d(dst + (2 * j + 1) * 1024, &wmap1, s * WG_KS, f, full);
-            }
+            // One box of the pair map (tma::bf16_pair_map): groups ft * 8 .. ft * 8 + 7 of 8
+            // features, each gate's 8 rows then up's.
+            tma_load_4d(dst, &wmap0, s * WG_KS, 0, 0, ft * 8, full);
             return;
         }
         if constexpr (GLU == GLU_EXCHANGE) {
@@ -447,7 +455,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 if ((e / 2) % 2) continue;
                 const int n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
                 if (m0 < n0 && n < num_rows) {
-                    const float y = silu_times(acc[e], acc[e + 2]);
+                    // n2: whether the pair map staged up's rows first (tma::bf16_pair_map).
+                    const float y = n2 ? silu_times(acc[e + 2], acc[e]) : silu_times(acc[e], acc[e + 2]);
                     out0[(u64)n * n0 + m0] = y;
                     if (xb) xb[(u64)n * n0 + kperm(m0)] = (unsigned short)bf16_bits(y);
                 }
