@@ -10,8 +10,8 @@ use crate::launch::Launch;
 use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
 use crate::pool::DeviceBuf;
 use crate::tma::{
-    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_cluster, tma_name_cl,
-    tma_name_gli, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_cluster,
+    tma_name_cl, tma_name_gli, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;

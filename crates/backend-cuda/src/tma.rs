@@ -247,7 +247,7 @@ pub(crate) fn bf16_pair_map(
     row_bytes: usize,
 ) -> Option<(sys::CUtensorMap, bool)> {
     let (first, apart) = (gate.min(up), gate.abs_diff(up));
-    if apart == 0 || apart % 16 != 0 || rows % 8 != 0 || row_bytes % 16 != 0 {
+    if apart == 0 || !apart.is_multiple_of(16) || !rows.is_multiple_of(8) || !row_bytes.is_multiple_of(16) {
         return None;
     }
     let dims = [k as u64, 8, 2, (rows / 8) as u64];

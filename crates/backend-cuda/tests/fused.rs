@@ -179,6 +179,23 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
         }
     }
     b.set_tma_glu(true);
+    // The interleaved instances stage gate and up as one tensor from the lower of the two in
+    // memory (`tma::bf16_pair_map`) and read their pairs the other way when that is up: the same
+    // pair of weights in both roles takes both orders, whatever the allocator did.
+    let (gate, up) = (weight(&b, &mut rng, GgmlType::BF16, 1536, 576), weight(&b, &mut rng, GgmlType::BF16, 1536, 576));
+    for (g, u, roles) in [(&gate, &up, "as made"), (&up, &gate, "swapped")] {
+        for m in [130, 300] {
+            let what = format!("1536x576, {m} rows, gate and up {roles}");
+            let x = b.upload(&activations(&mut rng, m, 576, Spread::DynamicRange), m, 576);
+            let mut apart = b.tensor(m, 1536);
+            plumb_core::swiglu_apart(&b, &x, g, u, &mut apart);
+            let il = b.tma_gli_launches();
+            let mut fused = b.tensor(m, 1536);
+            b.linear_swiglu(&x, g, u, &mut fused);
+            assert!(b.tma_gli_launches() > il, "{what}: no interleaved launch");
+            assert_same_bits(&b.download(&fused), &b.download(&apart), &|| what.clone());
+        }
+    }
     // Most of those calls run 128-feature tasks: the one launch must have run.
     assert!(b.tma_glu_launches() > before, "no GLU launch ran");
     assert!(b.tma_gli_launches() > before_il, "no interleaved GLU launch ran");
