@@ -217,6 +217,9 @@ inline unsigned ballot(unsigned mask, int pred) {
 inline unsigned smem_u32(const void* p) { return (unsigned)((const unsigned char*)p - dyn_smem); }
 inline unsigned char* smem_ptr(unsigned a) { return dyn_smem + (int)a; }
 
+// st.shared.u32: a word into shared memory at a shared-window address.
+inline void st_shared_u32(unsigned a, unsigned v) { memcpy(smem_ptr(a), &v, sizeof v); }
+
 inline void cp_async(unsigned dst, const void* src, int size, int src_bytes) {
     unsigned char* d = smem_ptr(dst);
     if (src_bytes > size) src_bytes = size;

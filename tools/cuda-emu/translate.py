@@ -143,6 +143,7 @@ def model_hopper(t, tight, outs, ins):
     # Statements whose operands map one to one onto an emu:: call's arguments.
     for pattern, call in (
         (r"wgmma\.wait_group\.sync\.aligned (\d+);$", "emu::wgmma_wait({})"),
+        (r"st\.shared\.u32 \[(%\d+)\],(%\d+|\d+);$", "emu::st_shared_u32({}, {})"),
         (r"mbarrier\.init\.shared(?:::cta)?\.b64 \[(%\d+)\],(%\d+|\d+);$", "emu::mbar_init({}, {})"),
         (r"mbarrier\.arrive\.expect_tx\.shared(?:::cta)?\.b64 _,\[(%\d+)\],(%\d+|\d+);$", "emu::mbar_arrive({}, {})"),
         (r"mbarrier\.arrive\.shared(?:::cta)?\.b64 _,\[(%\d+)\];$", "emu::mbar_arrive({}, 0)"),
