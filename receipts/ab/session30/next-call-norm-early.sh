@@ -18,4 +18,8 @@ SETTINGS="main: in:PLUMB_CUDA_TMA_NORM=1 in0:PLUMB_CUDA_TMA_NORM=1,PLUMB_CUDA_TM
   PHASES="tests tg" TESTS="fused" timeout 560 bash tools/device/ab-8b.sh $B $OUT/ab > $OUT/ab.log 2>&1
 echo "ab rc=$?" >> $S
 cat $OUT/ab/ab.txt >> $S
-cd $OUT && tar -cf ab.tar ab && rm -rf ab
+# The interleaved GLU at 512 rows (the 128-row `_gli` instance; session 30 measured 2,048 rows only):
+SETTINGS="gli: nogli:PLUMB_CUDA_TMA_GLI=0" PHASES="prefill" PREFILL_LEN=512 timeout 200 bash tools/device/ab-8b.sh $B $OUT/ab512 > $OUT/ab512.log 2>&1
+echo "ab512 rc=$?" >> $S
+grep -E "^(##|pp)" $OUT/ab512/ab.txt >> $S
+cd $OUT && tar -cf ab.tar ab ab512 && rm -rf ab ab512
