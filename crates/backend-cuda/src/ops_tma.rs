@@ -11,7 +11,7 @@ use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, k
 use crate::pool::DeviceBuf;
 use crate::tma::{
     TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_cluster,
-    tma_name_cl, tma_name_gli, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
+    tma_name_cl, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
@@ -263,8 +263,7 @@ impl CudaBackend {
         let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
         let name = match norm {
             Some(_) => tma_name_norm(n, kc, true),
-            None if il => tma_name_gli(n, kc),
-            None => tma_name_glu(n, kc),
+            None => tma_name_glu(n, kc, il),
         };
         let l = Launch::new(self.kernel(&name), cfg)
             .tensor_map(&xmap)

@@ -59,22 +59,21 @@ pub(crate) fn tma_name(n: usize, ft: usize, kc: usize) -> String {
 pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
     let f = if ft == 64 { "_f64" } else { "" };
     let c = if cl == 2 { "_c2" } else { "" };
-    let k = if kc == 1024 { "_k1024" } else { "" };
-    format!("linear_tma_bf16_n{n}{f}{c}{k}")
+    format!("linear_tma_bf16_n{n}{f}{c}{}", kc_suffix(kc))
+}
+
+/// The suffix of the instances whose weights fold in chunks of `kc` (1,024: `_k1024`; 256: none).
+fn kc_suffix(kc: usize) -> &'static str {
+    if kc == 1024 { "_k1024" } else { "" }
 }
 
 /// The name of the GLU instance (gate|up with the SwiGLU, `ops_tma::linear_tma_glu`) of `n` rows
-/// (up to `TMA_GLU_MAX_ROWS`) for a weight folded in chunks of `kc`.
-pub(crate) fn tma_name_glu(n: usize, kc: usize) -> String {
-    let k = if kc == 1024 { "_k1024" } else { "" };
-    format!("linear_tma_bf16_n{n}_glu{k}")
-}
-
-/// The name of the interleaved GLU instance (prefill rows: `n` of 128 or 192, whole K) for a
-/// weight folded in chunks of `kc`: gate's and up's rows staged interleaved by 8 (`bf16_pair_map`).
-pub(crate) fn tma_name_gli(n: usize, kc: usize) -> String {
-    let k = if kc == 1024 { "_k1024" } else { "" };
-    format!("linear_tma_bf16_n{n}_gli{k}")
+/// for a weight folded in chunks of `kc`: up to `TMA_GLU_MAX_ROWS` the up sums exchanged
+/// (`_glu`), or `interleaved` (prefill rows: `n` of 128 or 192, whole K), gate's and up's rows
+/// staged interleaved by 8 (`_gli`, `bf16_pair_map`).
+pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool) -> String {
+    let g = if interleaved { "_gli" } else { "_glu" };
+    format!("linear_tma_bf16_n{n}{g}{}", kc_suffix(kc))
 }
 
 /// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
@@ -102,8 +101,7 @@ pub(crate) const TMA_NORM_ROWS: usize = 8;
 /// folded in chunks of `kc`: of the products alone, or with `glu` of gate|up with the SwiGLU.
 pub(crate) fn tma_name_norm(n: usize, kc: usize, glu: bool) -> String {
     let g = if glu { "_glu" } else { "" };
-    let k = if kc == 1024 { "_k1024" } else { "" };
-    format!("linear_tma_bf16_n{n}{g}_norm{k}")
+    format!("linear_tma_bf16_n{n}{g}_norm{}", kc_suffix(kc))
 }
 
 /// The most rows of a GLU launch whose warpgroups exchange the up sums (`_glu`,
@@ -310,16 +308,16 @@ mod tests {
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_glu_k1024"), Some(tma_smem(64, 128) + 8192));
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(8, 256)), Some(tma_smem(8, 128) + 8192));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(8, 256, false)), Some(tma_smem(8, 128) + 8192));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n192_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_f64"), tma_smem_of("linear_tma_bf16_n64_f64"));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));
         assert!(tma_smem(192, 128) + super::TMA_GLU_XCH_BYTES <= 227 * 1024);
         // The interleaved GLU: the plain instance's stages, no exchange.
-        assert_eq!(super::tma_name_gli(192, 1024), "linear_tma_bf16_n192_gli_k1024");
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_gli(192, 1024)), Some(tma_smem(192, 128)));
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_gli(128, 256)), Some(tma_smem(128, 128)));
+        assert_eq!(super::tma_name_glu(192, 1024, true), "linear_tma_bf16_n192_gli_k1024");
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(192, 1024, true)), Some(tma_smem(192, 128)));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(128, 256, true)), Some(tma_smem(128, 128)));
         // The norm inside: its own stages, named after the plain and GLU instances.
         assert_eq!(super::tma_name_norm(8, 1024, true), "linear_tma_bf16_n8_glu_norm_k1024");
         assert_eq!(super::tma_name_norm(8, 256, false), "linear_tma_bf16_n8_norm");
