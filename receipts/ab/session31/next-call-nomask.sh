@@ -13,16 +13,14 @@ S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $S 2>&1
 bash tools/device/seed-kernels.sh $B /tmp/c2b > /dev/null 2>&1
 ([ -e /tmp/l8b/config.json ] || $B/plumb synth --arch llama-3.1-8b -t 14 /tmp/l8b > $OUT/synth.log 2>&1) &
-for t in row_invariance conformance graphs; do
-  SECONDS=0
-  timeout 200 $B/$t --test-threads 1 > $OUT/test-$t.log 2>&1
-  echo "$t rc=$? ${SECONDS}s $(grep 'test result' $OUT/test-$t.log | tail -1)" >> $S
-  grep -E "panicked" $OUT/test-$t.log | head -4 >> $S
-done
+# The bit tests, as ab-8b.sh's tests phase runs them (its ab.txt gives each one's result line).
+SETTINGS="bits:" PHASES="tests" TESTS="row_invariance conformance graphs" timeout 300 bash tools/device/ab-8b.sh $B $OUT/bits > $OUT/bits.log 2>&1
+echo "bits rc=$?" >> $S
+cat $OUT/bits/ab.txt >> $S
 wait
 SETTINGS="nm: main:BIN=/tmp/c2b" PHASES="tg prefill" timeout 330 bash tools/device/ab-8b.sh $B $OUT/ab > $OUT/ab.log 2>&1
 echo "ab rc=$?" >> $S
 grep -E "^(##|pp|tg)" $OUT/ab/ab.txt >> $S
 SETTINGS="nm: main:BIN=/tmp/c2b" PHASES="profile" ROUNDS=1 KERNELS="attention" timeout 130 bash tools/device/ab-8b.sh $B $OUT/abp > $OUT/abp.log 2>&1
 grep -vE "^\(" $OUT/abp/ab.txt >> $S
-cd $OUT && tar -cJf rest.tar.xz ab abp test-*.log && rm -rf ab abp test-*.log
+cd $OUT && tar -cJf rest.tar.xz bits ab abp && rm -rf bits ab abp
