@@ -116,6 +116,13 @@ def model(asm_text, outs, ins):
     if m:
         id_, count = (ops[int(x[1:])] if x.startswith("%") else x for x in m.groups())
         return f"emu::named_barrier((unsigned)({id_}), (unsigned)({count}))"
+    m = re.match(r"red\.release\.gpu\.global\.add\.u32 \[%0\],1;", tight)
+    if m and not outs and len(ins) == 1:
+        # Blocks run one after another here: a release add is a plain one.
+        return f"(void)((*(unsigned*)({ins[0]}))++)"
+    m = re.match(r"ld\.acquire\.gpu\.global\.u32 %0,\[%1\];", tight)
+    if m and len(outs) == 1 and len(ins) == 1:
+        return f"(void)(({outs[0]}) = *(volatile unsigned*)({ins[0]}))"
     if re.match(r"(cp\.async\.(commit_group|wait_group|wait_all)|griddepcontrol\.)", t):
         return "((void)0)"
     hopper = model_hopper(t, tight, outs, ins)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stage.sh — builds what tools/device/gpu-run.sh and bench-8b.sh run and packs it into one archive
 # small enough to travel to a GPU machine: the `plumb` binary, the CUDA backend's test binaries
-# (compile, conformance, row_invariance, fused, graphs, pick, memory, mma_probe, timeline) and its gemm_8b and wide_head examples,
+# (compile, conformance, row_invariance, fused, graphs, pick, memory, mma_probe, timeline) and its gemm_8b, wide_head and
+# stage_boundary examples,
 # the engine's GPU tests (lanes_parity_cuda, picks_cuda, drafts_cuda) and the server's tests built
 # to serve on the GPU (feature `cuda-tests`: errors, load, model_defaults, fuzz_json), plus the
 # scripts, all stripped, in DEST_DIR and in DEST_DIR.tar.xz.
@@ -22,10 +23,11 @@ rm -rf "$DEST"
 mkdir -p "$DEST"
 target=${CARGO_TARGET_DIR:-target}
 cargo build --profile "$PROFILE" -p plumb-cli
-cargo build --profile "$PROFILE" -p plumb-backend-cuda --example gemm_8b --example wide_head
+cargo build --profile "$PROFILE" -p plumb-backend-cuda --example gemm_8b --example wide_head --example stage_boundary
 cp "$target/$PROFILE/plumb" "$DEST/plumb"
 cp "$target/$PROFILE/examples/gemm_8b" "$DEST/gemm_8b"
 cp "$target/$PROFILE/examples/wide_head" "$DEST/wide_head"
+cp "$target/$PROFILE/examples/stage_boundary" "$DEST/stage_boundary"
 packages=(-p plumb-backend-cuda)
 if [ "${TESTS:-1}" != 0 ]; then
     packages+=(-p plumb-engine -p plumb-server --features plumb-server/cuda-tests)

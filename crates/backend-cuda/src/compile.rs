@@ -134,6 +134,15 @@ pub fn log(arch: &str) -> Result<String, CudaError> {
     compile(&SOURCE.concat(), &options(arch), arch).map(|(_, log)| log)
 }
 
+/// A probe's own source (not the backend's kernels: an example's or a test's) compiled for `arch`
+/// with the backend's base options (no FMA contraction, C++17) and none of its switches: the
+/// CUBIN, which `Ptx::from_binary` loads, so a probe runs wherever the backend's kernels do (the
+/// CPU emulator included, which has no PTX).
+pub fn probe_cubin(source: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    let opts = [format!("--gpu-architecture={arch}"), "--fmad=false".into(), "--std=c++17".into()];
+    compile(source, &opts, arch).map(|(image, _)| image)
+}
+
 /// Compiles `source` with `opts` and returns the CUBIN and the compile's log.
 fn compile(source: &str, opts: &[String], arch: &str) -> Result<(Vec<u8>, String), CudaError> {
     let src = CString::new(source).expect("kernel sources hold no NUL byte");

@@ -459,6 +459,16 @@ impl CudaBackend {
         compile::cubin(arch)
     }
 
+    /// A probe's own CUDA source (an example's, a test's) compiled for `arch` with the backend's
+    /// base options: the CUBIN, for `Ptx::from_binary`. `CudaError::NoNvrtc` without NVRTC.
+    pub fn compile_probe(source: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+        // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::NoNvrtc);
+        }
+        compile::probe_cubin(source, arch)
+    }
+
     /// A fresh compile's log for `arch` (no cache): NVRTC's warnings and ptxas's notes, such as
     /// a kernel whose wgmma it serialized. `CudaError::NoNvrtc` where NVRTC is not installed.
     pub fn kernel_compile_log(arch: &str) -> Result<String, CudaError> {
