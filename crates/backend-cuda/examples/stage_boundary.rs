@@ -25,7 +25,6 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr};
 use plumb_backend_cuda::CudaBackend;
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::time::Instant;
 
 const ROW: usize = 576;
@@ -139,8 +138,7 @@ fn main() {
     let ctx = CudaContext::new(0).expect("a CUDA device");
     let stream = ctx.default_stream();
     let (major, minor) = ctx.compute_capability().expect("compute capability");
-    let arch = if major >= 9 { format!("sm_{major}{minor}a") } else { format!("sm_{major}{minor}") };
-    let cubin = CudaBackend::compile_probe(SOURCE, &arch).expect("compile");
+    let cubin = CudaBackend::compile_probe(SOURCE, major, minor).expect("compile");
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).expect("module");
     let (per_stage, persistent) = (
         module.load_function("stage_launch").expect("stage_launch"),
@@ -230,5 +228,4 @@ fn main() {
             }
         }
     }
-    let _: Arc<CudaStream> = stream;
 }

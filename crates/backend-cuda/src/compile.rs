@@ -3,7 +3,7 @@
 //! NVRTC version and the architecture. Owns nothing on the device; `lib.rs` loads the module.
 //! Invariant: a cached image is used only when every input to the compile is the same.
 
-use crate::CudaError;
+use crate::{CudaBackend, CudaError};
 use cudarc::nvrtc::sys;
 use sha2::{Digest, Sha256};
 use std::ffi::{CStr, CString, c_char, c_int};
@@ -134,15 +134,6 @@ pub fn log(arch: &str) -> Result<String, CudaError> {
     compile(&SOURCE.concat(), &options(arch), arch).map(|(_, log)| log)
 }
 
-/// A probe's own source (not the backend's kernels: an example's or a test's) compiled for `arch`
-/// with the backend's base options (no FMA contraction, C++17) and none of its switches: the
-/// CUBIN, which `Ptx::from_binary` loads, so a probe runs wherever the backend's kernels do (the
-/// CPU emulator included, which has no PTX).
-pub fn probe_cubin(source: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
-    let opts = [format!("--gpu-architecture={arch}"), "--fmad=false".into(), "--std=c++17".into()];
-    compile(source, &opts, arch).map(|(image, _)| image)
-}
-
 /// Compiles `source` with `opts` and returns the CUBIN and the compile's log.
 fn compile(source: &str, opts: &[String], arch: &str) -> Result<(Vec<u8>, String), CudaError> {
     let src = CString::new(source).expect("kernel sources hold no NUL byte");
@@ -193,4 +184,40 @@ fn program_log(prog: sys::nvrtcProgram) -> String {
         return String::new();
     }
     CStr::from_bytes_until_nul(&log).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `CudaError::NoNvrtc` unless NVRTC loads by its standard names.
+pub(crate) fn nvrtc_present() -> Result<(), CudaError> {
+    // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
+    if unsafe { sys::is_culib_present() } { Ok(()) } else { Err(CudaError::NoNvrtc) }
+}
+
+/// Compiles without a device: the backend's kernels, their log, and probes' own sources.
+impl CudaBackend {
+    /// The kernel module compiled for `arch` (e.g. `sm_90a`) with no device involved: checks that
+    /// the sources compile wherever NVRTC is installed. Returns the CUBIN and whether it came
+    /// from the disk cache.
+    pub fn compile_kernels(arch: &str) -> Result<(Vec<u8>, bool), CudaError> {
+        nvrtc_present()?;
+        cubin(arch)
+    }
+
+    /// A fresh compile's log for `arch` (no cache): NVRTC's warnings and ptxas's notes, such as
+    /// a kernel whose wgmma it serialized. `CudaError::NoNvrtc` where NVRTC is not installed.
+    pub fn kernel_compile_log(arch: &str) -> Result<String, CudaError> {
+        nvrtc_present()?;
+        log(arch)
+    }
+
+    /// A probe's own CUDA source (an example's or a test's, not the backend's kernels) compiled
+    /// for a device of compute capability `major.minor` (its `arch_name`) with the backend's base
+    /// options (no FMA contraction, C++17) and none of its switches: the CUBIN, which
+    /// `Ptx::from_binary` loads, so a probe runs wherever the backend's kernels do (the CPU
+    /// emulator included, which has no PTX). `CudaError::NoNvrtc` without NVRTC.
+    pub fn compile_probe(source: &str, major: i32, minor: i32) -> Result<Vec<u8>, CudaError> {
+        nvrtc_present()?;
+        let arch = arch_name(major, minor);
+        let opts = [format!("--gpu-architecture={arch}"), "--fmad=false".into(), "--std=c++17".into()];
+        compile(source, &opts, &arch).map(|(image, _)| image)
+    }
 }

@@ -285,10 +285,7 @@ impl CudaBackend {
         if ordinal >= count {
             return Err(CudaError::NoDevice { ordinal, count });
         }
-        // SAFETY: as above, for NVRTC.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::NoNvrtc);
-        }
+        compile::nvrtc_present()?;
         let ctx = CudaContext::new(ordinal).map_err(driver("creating the context"))?;
         // SAFETY: the backend uses one stream only, so no buffer is ever shared between streams and
         // the cross-stream events cudarc would record are not needed.
@@ -446,37 +443,6 @@ impl CudaBackend {
             nvrtc_version,
             kernels_cached,
         })
-    }
-
-    /// The kernel module compiled for `arch` (e.g. `sm_90a`) with no device involved: checks that
-    /// the sources compile wherever NVRTC is installed. Returns the CUBIN and whether it came
-    /// from the disk cache.
-    pub fn compile_kernels(arch: &str) -> Result<(Vec<u8>, bool), CudaError> {
-        // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::NoNvrtc);
-        }
-        compile::cubin(arch)
-    }
-
-    /// A probe's own CUDA source (an example's, a test's) compiled for `arch` with the backend's
-    /// base options: the CUBIN, for `Ptx::from_binary`. `CudaError::NoNvrtc` without NVRTC.
-    pub fn compile_probe(source: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
-        // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::NoNvrtc);
-        }
-        compile::probe_cubin(source, arch)
-    }
-
-    /// A fresh compile's log for `arch` (no cache): NVRTC's warnings and ptxas's notes, such as
-    /// a kernel whose wgmma it serialized. `CudaError::NoNvrtc` where NVRTC is not installed.
-    pub fn kernel_compile_log(arch: &str) -> Result<String, CudaError> {
-        // SAFETY: probing loads NVRTC by its standard names; nothing else is called.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::NoNvrtc);
-        }
-        compile::log(arch)
     }
 
     /// The device address of `n` (zeroed) arrival counters.
