@@ -123,6 +123,10 @@ def model(asm_text, outs, ins):
     m = re.match(r"ld\.acquire\.gpu\.global\.u32 %0,\[%1\];", tight)
     if m and len(outs) == 1 and len(ins) == 1:
         return f"(void)(({outs[0]}) = *(volatile unsigned*)({ins[0]}))"
+    m = re.match(r"atom\.acq_rel\.gpu\.add\.u32 %0,\[%1\],1;", tight)
+    if m and len(outs) == 1 and len(ins) == 1:
+        # Blocks run one after another here: the ordering it asks for holds already.
+        return f"(void)(({outs[0]}) = (*(unsigned*)({ins[0]}))++)"
     if re.match(r"(cp\.async\.(commit_group|wait_group|wait_all)|griddepcontrol\.)", t):
         return "((void)0)"
     hopper = model_hopper(t, tight, outs, ins)

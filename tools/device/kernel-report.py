@@ -27,6 +27,8 @@ def main():
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--filter", default="")
     ap.add_argument("--sass", help="write the SASS of the matching kernels into this folder")
+    ap.add_argument("-D", dest="defines", action="append", default=[],
+                    help="a compile-time switch compile.rs passes, e.g. -D PLUMB_ATT_NOMASK (repeatable)")
     a = ap.parse_args()
     lib = ctypes.CDLL(os.environ.get("NVRTC_LIB", "/tmp/nvrtc/nvidia/cu13/lib/libnvrtc.so.13"))
     prog = ctypes.c_void_p()
@@ -34,6 +36,7 @@ def main():
     r = lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"plumb_kernels.cu", 0, None, None)
     assert r == 0, f"nvrtcCreateProgram: {r}"
     opts = [f"--gpu-architecture={a.arch}", "--fmad=false", "--std=c++17", "-default-device", "-Xptxas=-v"]
+    opts += [f"-D{d}" for d in a.defines]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     r = lib.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()

@@ -136,7 +136,8 @@ unsafe fn launch(f: &CudaFunction, grid: u32, stream: &CudaStream, args: &mut [*
 fn main() {
     let stages: usize = std::env::args().nth(1).map_or(2000, |s| s.parse().expect("STAGES: a count"));
     let ctx = CudaContext::new(0).expect("a CUDA device");
-    let stream = ctx.default_stream();
+    // A stream of its own: the legacy default stream cannot be captured into a graph.
+    let stream = ctx.new_stream().expect("stream");
     let (major, minor) = ctx.compute_capability().expect("compute capability");
     let cubin = CudaBackend::compile_probe(SOURCE, major, minor).expect("compile");
     let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).expect("module");

@@ -94,7 +94,13 @@ impl CudaBackend {
         let splits = num_chunks.div_ceil(per_split);
         let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
         // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
-        let cl = tma_cluster(self.tma.cluster.load(Ordering::Relaxed), n, ft, splits);
+        let cl = tma_cluster(
+            self.tma.cluster.load(Ordering::Relaxed),
+            self.tma.cluster_prefill.load(Ordering::Relaxed),
+            n,
+            ft,
+            splits,
+        );
         TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl }
     }
 
@@ -215,7 +221,8 @@ impl CudaBackend {
         let (cols, n0) = (gate.cols, gate.rows);
         let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } =
             self.tma_call(rows, 2 * n0.div_ceil(128), cols);
-        if ft != 128 || cl != 1 || (norm.is_some() && n != TMA_NORM_ROWS) {
+        // Clusters (x shared by a pair) only on the interleaved instances.
+        if ft != 128 || (cl != 1 && !il) || (norm.is_some() && n != TMA_NORM_ROWS) {
             return false;
         }
         if il && (n < 128 || splits != 1 || norm.is_some()) {
@@ -242,14 +249,17 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n)
+                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
             }
         };
-        // A task is a pair of 64-feature tiles, one of gate and one of up.
+        // A task is a pair of 64-feature tiles, one of gate and one of up (in clusters of two, a
+        // task is two such pairs, one a CTA).
         let pairs = n0.div_ceil(64);
-        let tasks = rows.div_ceil(n) * pairs * splits;
+        let tasks = rows.div_ceil(n) * pairs.div_ceil(cl) * splits;
+        let grid =
+            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
         let cfg = LaunchConfig {
-            grid_dim: (self.tma.grid(i, ft, tasks) as u32, 1, 1),
+            grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
             shared_mem_bytes: (tma_smem(n, ft) + if il { 0 } else { TMA_GLU_XCH_BYTES }) as u32,
         };
@@ -263,9 +273,10 @@ impl CudaBackend {
         let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
         let name = match norm {
             Some(_) => tma_name_norm(n, kc, true),
-            None => tma_name_glu(n, kc, il),
+            None => tma_name_glu(n, kc, il, cl),
         };
         let l = Launch::new(self.kernel(&name), cfg)
+            .cluster(cl as u32)
             .tensor_map(&xmap)
             .tensor_map(&gmap)
             .tensor_map(&umap)

@@ -110,7 +110,14 @@ impl CudaBackend {
     /// Runs 64-row whole-K tensor-core launches in clusters of two CTAs sharing x (on) or alone
     /// (off, the default): the same bits.
     pub fn set_tma_cluster(&self, on: bool) {
-        self.tma.cluster.store(on, Ordering::Relaxed);
+        self.tma.cluster.store(on && self.tma.cluster_launch, Ordering::Relaxed);
+    }
+
+    /// Runs whole-K TMA `linear` launches of prefill rows (128- and 192-row tiles; gate|up with
+    /// the SwiGLU interleaved too) in clusters of two CTAs sharing x (on, the default) or one CTA
+    /// each (off): the same bits. `PLUMB_CUDA_TMA_CLUSTER_PREFILL=0` turns it off at start.
+    pub fn set_tma_cluster_prefill(&self, on: bool) {
+        self.tma.cluster_prefill.store(on && self.tma.cluster_launch, Ordering::Relaxed);
     }
 
     /// Runs tensor-core gate|up and the SwiGLU as one TMA launch where its tasks keep whole K
@@ -157,7 +164,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 30] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 31] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -179,6 +186,7 @@ impl CudaBackend {
             ("fused_norm_prologue", self.fuse_norm.load(Ordering::Relaxed)),
             ("norm_inside_decode_tma_products", self.tma_norm.load(Ordering::Relaxed)),
             ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
+            ("linear_tma_cluster_prefill", self.tma.cluster_prefill.load(Ordering::Relaxed)),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),

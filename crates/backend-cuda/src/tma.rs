@@ -70,16 +70,19 @@ fn kc_suffix(kc: usize) -> &'static str {
 /// The name of the GLU instance (gate|up with the SwiGLU, `ops_tma::linear_tma_glu`) of `n` rows
 /// for a weight folded in chunks of `kc`: up to `TMA_GLU_MAX_ROWS` the up sums exchanged
 /// (`_glu`), or `interleaved` (prefill rows: `n` of 128 or 192, whole K), gate's and up's rows
-/// staged interleaved by 8 (`_gli`, `bf16_pair_map`).
-pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool) -> String {
+/// staged interleaved by 8 (`_gli`, `bf16_pair_map`), in clusters of `cl` CTAs sharing x (`_c2`).
+pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) -> String {
     let g = if interleaved { "_gli" } else { "_glu" };
-    format!("linear_tma_bf16_n{n}{g}{}", kc_suffix(kc))
+    let c = if cl == 2 { "_c2" } else { "" };
+    format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
 }
 
 /// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
-/// its CTAs in clusters of two sharing x (the `_c2` instances: 64 rows, 128 features, whole K).
-pub(crate) fn tma_cluster(on: bool, n: usize, ft: usize, splits: usize) -> usize {
-    if on && n == 64 && ft == 128 && splits == 1 { 2 } else { 1 }
+/// its CTAs in clusters of two sharing x (the `_c2` instances: 128 features, whole K), `decode`
+/// the switch of 64-row launches and `prefill` that of 128- and 192-row ones.
+pub(crate) fn tma_cluster(decode: bool, prefill: bool, n: usize, ft: usize, splits: usize) -> usize {
+    let on = if n == 64 { decode } else { prefill && n >= 128 };
+    if on && ft == 128 && splits == 1 { 2 } else { 1 }
 }
 
 /// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
@@ -123,8 +126,8 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
     let rest = rest.strip_suffix("_norm").unwrap_or(rest);
-    let rest = rest.strip_suffix("_glu").or_else(|| rest.strip_suffix("_gli")).unwrap_or(rest);
     let rest = rest.strip_suffix("_c2").unwrap_or(rest);
+    let rest = rest.strip_suffix("_glu").or_else(|| rest.strip_suffix("_gli")).unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
         None => (rest, 128),
@@ -154,16 +157,28 @@ pub(crate) struct TmaPlan {
     pub(crate) persistent: bool,
     pub(crate) max_rows: usize,
     pub(crate) splits: Option<usize>,
+    /// Whether the device launches clusters (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`; the CPU
+    /// emulator does not): without them both switches below stay off.
+    pub(crate) cluster_launch: bool,
     /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`): off
     /// unless `PLUMB_CUDA_TMA_CLUSTER=1` (the same bits). On the H200 the 8B's gate|up at 64 rows
     /// took 98 µs in clusters and 71 µs alone, every other shape the same (session 16).
     pub(crate) cluster: AtomicBool,
+    /// Whether 128- and 192-row whole-K launches (prefill) run in clusters of two sharing x: on
+    /// unless `PLUMB_CUDA_TMA_CLUSTER_PREFILL=0` (the same bits). A prefill product reads each
+    /// stage's weight tile and the row tile's activations from L2, and Nsight Compute put the L2
+    /// at 70-77% of its peak in the 8B's 2,048-row products on an H100 (session 31); a pair
+    /// copies x once instead of twice. On an H100 the 8B's pp2048 went from 27,300-27,400 to
+    /// 30,300-30,600 tokens/s, its gate|up at 2,048 rows from 941 to 743 µs (session 33).
+    pub(crate) cluster_prefill: AtomicBool,
 }
 
 impl TmaPlan {
     pub(crate) fn new(ctx: &CudaContext, kernels: &HashMap<String, CudaFunction>) -> Result<TmaPlan, CudaError> {
+        use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH as CLUSTERS;
         use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
         let sms = ctx.attribute(SMS).map_err(driver("reading the number of SMs"))? as usize;
+        let cluster_launch = ctx.attribute(CLUSTERS).map_err(driver("reading whether clusters launch"))? == 1;
         let resident = |n: usize, ft: usize| -> Result<usize, CudaError> {
             let per_sm = kernels[&tma_name(n, ft, 256)]
                 .occupancy_max_active_blocks_per_multiprocessor(tma_threads(n), tma_smem(n, ft), None)
@@ -188,7 +203,11 @@ impl TmaPlan {
             persistent: !off("PLUMB_CUDA_TMA_PERSIST"),
             max_rows: number("PLUMB_CUDA_TMA_ROWS").unwrap_or(192),
             splits: number("PLUMB_CUDA_TMA_SPLITS"),
-            cluster: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1")),
+            cluster_launch,
+            cluster: AtomicBool::new(cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1")),
+            cluster_prefill: AtomicBool::new(
+                cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER_PREFILL").map_or(true, |v| v != "0"),
+            ),
         })
     }
 
@@ -300,24 +319,32 @@ mod tests {
         assert_eq!(tma_name(16, 64, 256), "linear_tma_bf16_n16_f64");
         assert_eq!(super::tma_name_cl(64, 128, 1024, 2), "linear_tma_bf16_n64_c2_k1024");
         assert_eq!(tma_smem_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
-        // Clusters share x only where a launch is 64 rows of whole-K 128-feature tasks.
-        assert_eq!(super::tma_cluster(true, 64, 128, 1), 2);
+        // Clusters share x only where a launch is whole-K 128-feature tasks of 64 rows (the
+        // decode switch) or of 128 and 192 rows (the prefill one).
+        assert_eq!(super::tma_cluster(true, false, 64, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, 192, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, 128, 128, 1), 2);
         for (on, n, ft, splits) in [(false, 64, 128, 1), (true, 32, 128, 1), (true, 64, 64, 1), (true, 64, 128, 2)] {
-            assert_eq!(super::tma_cluster(on, n, ft, splits), 1);
+            assert_eq!(super::tma_cluster(on, false, n, ft, splits), 1);
         }
+        for (n, ft, splits) in [(64, 128, 1), (32, 128, 1), (192, 64, 1), (128, 128, 2)] {
+            assert_eq!(super::tma_cluster(false, true, n, ft, splits), 1);
+        }
+        assert_eq!(super::tma_name_glu(192, 1024, true, 2), "linear_tma_bf16_n192_gli_c2_k1024");
+        assert_eq!(tma_smem_of("linear_tma_bf16_n192_c2_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_glu_k1024"), Some(tma_smem(64, 128) + 8192));
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(8, 256, false)), Some(tma_smem(8, 128) + 8192));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(8, 256, false, 1)), Some(tma_smem(8, 128) + 8192));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n192_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_f64"), tma_smem_of("linear_tma_bf16_n64_f64"));
         assert_eq!(super::tma_smem_max_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_k1024"), Some(5 * (128 * 128 + 192 * 128) + 1024));
         assert!(tma_smem(192, 128) + super::TMA_GLU_XCH_BYTES <= 227 * 1024);
         // The interleaved GLU: the plain instance's stages, no exchange.
-        assert_eq!(super::tma_name_glu(192, 1024, true), "linear_tma_bf16_n192_gli_k1024");
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(192, 1024, true)), Some(tma_smem(192, 128)));
-        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(128, 256, true)), Some(tma_smem(128, 128)));
+        assert_eq!(super::tma_name_glu(192, 1024, true, 1), "linear_tma_bf16_n192_gli_k1024");
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(192, 1024, true, 1)), Some(tma_smem(192, 128)));
+        assert_eq!(super::tma_smem_max_of(&super::tma_name_glu(128, 256, true, 1)), Some(tma_smem(128, 128)));
         // The norm inside: its own stages, named after the plain and GLU instances.
         assert_eq!(super::tma_name_norm(8, 1024, true), "linear_tma_bf16_n8_glu_norm_k1024");
         assert_eq!(super::tma_name_norm(8, 256, false), "linear_tma_bf16_n8_norm");

@@ -160,11 +160,13 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
             plumb_core::swiglu_apart(&b, &x, &gate, &up, &mut apart);
             let want = b.download(&apart);
             assert!(want.iter().all(|v| v.is_finite()), "{what}: non-finite output");
-            for on in [true, false] {
+            for (on, cl) in [(true, false), (true, true), (false, false)] {
                 b.set_tma_glu(on);
+                b.set_tma_cluster_prefill(cl);
                 let mut fused = b.tensor(m, n);
                 b.linear_swiglu(&x, &gate, &up, &mut fused);
-                assert_same_bits(&b.download(&fused), &want, &|| format!("{what}, GLU launch {on}"));
+                b.set_tma_cluster_prefill(false);
+                assert_same_bits(&b.download(&fused), &want, &|| format!("{what}, GLU launch {on}, clusters {cl}"));
                 if let Some(down) = &down {
                     let mut after = b.tensor(m, 64);
                     b.linear(&fused, down, &mut after);
@@ -172,7 +174,7 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
                     let mut fresh = b.tensor(m, 64);
                     b.linear(&copy, down, &mut fresh);
                     assert_same_bits(&b.download(&after), &b.download(&fresh), &|| {
-                        format!("{what}, GLU launch {on}: down after it")
+                        format!("{what}, GLU launch {on}, clusters {cl}: down after it")
                     });
                 }
             }
@@ -183,15 +185,18 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
     // memory (`tma::bf16_pair_map`) and read their pairs the other way when that is up: the same
     // pair of weights in both roles takes both orders, whatever the allocator did.
     let (gate, up) = (weight(&b, &mut rng, GgmlType::BF16, 1536, 576), weight(&b, &mut rng, GgmlType::BF16, 1536, 576));
+    // In clusters of two sharing x too (`set_tma_cluster_prefill`).
     for (g, u, roles) in [(&gate, &up, "as made"), (&up, &gate, "swapped")] {
-        for m in [130, 300] {
-            let what = format!("1536x576, {m} rows, gate and up {roles}");
+        for (m, cl) in [(130, false), (300, false), (130, true), (300, true)] {
+            let what = format!("1536x576, {m} rows, gate and up {roles}, clusters {cl}");
             let x = b.upload(&activations(&mut rng, m, 576, Spread::DynamicRange), m, 576);
             let mut apart = b.tensor(m, 1536);
             plumb_core::swiglu_apart(&b, &x, g, u, &mut apart);
             let il = b.tma_gli_launches();
             let mut fused = b.tensor(m, 1536);
+            b.set_tma_cluster_prefill(cl);
             b.linear_swiglu(&x, g, u, &mut fused);
+            b.set_tma_cluster_prefill(false);
             assert!(b.tma_gli_launches() > il, "{what}: no interleaved launch");
             assert_same_bits(&b.download(&fused), &b.download(&apart), &|| what.clone());
         }

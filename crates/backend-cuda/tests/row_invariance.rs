@@ -137,13 +137,26 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
     // 16,984 features (133 tiles of 128, the last partial) at K = 512 fill the device at 33-64
     // rows with whole-K tasks of 128 features, which run alone and (`set_tma_cluster`) in
     // clusters of two sharing x (`linear_tma_bf16_n64_c2`), the odd last tile's pair with an idle
-    // second CTA.
+    // second CTA. Past 64 rows every weight runs whole-K tasks of 128 or 192 rows, alone and
+    // (`set_tma_cluster_prefill`) in clusters of two (`linear_tma_bf16_n{128,192}_c2`), a single
+    // or odd last tile (40, 200, 72 and 16,984 features) paired with an idle CTA.
     for (n, k) in [(40, 8192), (200, 1280), (72, 9248), (16_984, 512)] {
         let x = activations(&mut rng, MAX_M, k, Spread::DynamicRange);
         let w = weight(&b, &mut rng, GgmlType::BF16, n, k);
-        for cluster in if n == 16_984 { &[false, true][..] } else { &[false] } {
-            b.set_tma_cluster(*cluster);
-            let what = format!("linear BF16 {n}x{k}{}", if *cluster { ", clusters of two" } else { "" });
+        let modes: &[(bool, bool)] = if n == 16_984 {
+            &[(false, false), (true, false), (false, true)]
+        } else {
+            &[(false, false), (false, true)]
+        };
+        for &(decode, prefill) in modes {
+            b.set_tma_cluster(decode);
+            b.set_tma_cluster_prefill(prefill);
+            let mode = match (decode, prefill) {
+                (true, _) => ", clusters of two at 64 rows",
+                (_, true) => ", clusters of two at prefill rows",
+                _ => "",
+            };
+            let what = format!("linear BF16 {n}x{k}{mode}");
             check_rows(&what, n, &mut |rows| {
                 let xt = b.upload(&pick(&x, k, rows), rows.len(), k);
                 let mut out = b.tensor(rows.len(), n);
@@ -152,6 +165,7 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
             });
         }
         b.set_tma_cluster(false);
+        b.set_tma_cluster_prefill(false);
     }
 }
 

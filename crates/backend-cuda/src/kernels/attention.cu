@@ -124,13 +124,11 @@ __device__ __noinline__ void att_fold_splits(const float* __restrict__ part, con
                                              int head_dim, int num_splits, int split_len, float* __restrict__ out,
                                              unsigned short* __restrict__ xb, u32* arrivals) {
     __shared__ u32 ticket;
-    __threadfence();  // this block's states, before its arrival
     __syncthreads();
     u32* count = arrivals + (u64)blockIdx.x * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0) ticket = atomicAdd(count, 1u);
+    if (threadIdx.x == 0) ticket = fold_arrive(count);
     __syncthreads();
     if (ticket != gridDim.z - 1) return;
-    __threadfence();  // every block's states, before reading them
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int p = warp; p < (r_end - r_begin) * group; p += warps) {
         const int row = r_begin + p / group, pair = row * num_heads + kv_head * group + p % group;

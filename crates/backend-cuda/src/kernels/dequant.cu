@@ -39,6 +39,21 @@ typedef unsigned long long u64;
 #else
 #define EARLY_WEIGHTS 1
 #endif
+// A block's arrival at a split's counter, for the last arrival's fold (`linear_tma`, `linear_tile`,
+// `linear_mma`, the split decode attention), around two block barriers:
+//   barrier; thread 0: ticket = fold_arrive(count); barrier; the last arrival reads the others' partials.
+// Thread 0's atomic alone is acq_rel at GPU scope, as CUTLASS's GPU barrier arrives: its release is
+// cumulative, publishing the whole block's stores that the first barrier ordered before it, and its
+// acquire, at the last arrival, orders every other block's stores before the reads that follow the
+// second barrier. (Until session 33 every thread fenced before and after the arrival, __threadfence:
+// a MEMBAR.SC.GPU by all warps on the critical path of every split fold; this is 1% faster in
+// the 8B's decode on an H100, receipts/ab/session33.)
+__device__ __forceinline__ u32 fold_arrive(u32* count) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(count) : "memory");
+    return old;
+}
+
 #define PDL_ENTRY()   \
     do {              \
         PDL_WAIT();   \

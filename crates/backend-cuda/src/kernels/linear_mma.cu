@@ -220,12 +220,10 @@ __device__ __forceinline__ void linear_mma_decode(const u8* __restrict__ x, cons
         }
         return;
     }
-    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+    if (threadIdx.x == 0) is_last = fold_arrive(&counters[blockIdx.x]) == gridDim.y - 1;
     __syncthreads();
     if (!is_last) return;
-    __threadfence();
     for (int i = threadIdx.x; i < num_rows * DEC_FEAT; i += NT) {
         const int n = i / DEC_FEAT, f = f0 + i % DEC_FEAT;
         if (f >= n_out) continue;

@@ -203,13 +203,11 @@ __device__ __forceinline__ void linear_tile_body(const float* __restrict__ x, co
         __shared__ u32 last;
         const u64 stride = (u64)num_rows * n_out;  // a chunk's sums
         each_output([&](int row, int m, int i) { part[c_lo * stride + (u64)row * n_out + m] = acc[i]; });
-        __threadfence();  // this block's sums, before its arrival
         __syncthreads();
         u32* count = counters + blockIdx.y * gridDim.x + blockIdx.x;
-        if (tid == 0) last = atomicAdd(count, 1u) == gridDim.z - 1;
+        if (tid == 0) last = fold_arrive(count) == gridDim.z - 1;
         __syncthreads();
         if (!last) return;
-        __threadfence();  // every block's sums, before reading them (from L2: __ldcg)
         each_output([&](int row, int m, int i) {
             const float* p = part + (u64)row * n_out + m;
             float a = __ldcg(p);

@@ -102,11 +102,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaMap* map
         : "memory");
 }
 
-// An arrival on the barrier at `bar` of CTA `cta` of this cluster.
+// An arrival on the barrier at `bar` of CTA `cta` of this cluster. Default semantics (release at
+// CTA scope), as CUTLASS's cluster barrier arrives: what it releases are this warp's reads of the
+// stage, complete at the wgmma wait before it. `.release.cluster` compiled to MEMBAR.ALL.GPU before
+// every arrival, a stage and warp, and halved the clustered products' speed (session 31's SASS).
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
     asm volatile(
         "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
         "r"(cta)
         : "memory");
 }
@@ -227,13 +230,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int splits = (num_chunks + chunks_per_split - 1) / chunks_per_split;
     const int row_tiles = (num_rows + N - 1) / N;
     const int n_all = n0 + n1 + n2;
-    // GLU (the `_glu` and `_gli` instances: 128 features a task, one CTA a cluster; n0 = n1,
+    // GLU (the `_glu` and `_gli` instances: 128 features a task, one CTA a cluster but for `_gli_c2`; n0 = n1,
     // n2 = 0, or under GLU_IL whether the pair map holds up's rows first): a task is 64 features of gate (weight 0) and the same 64 of up (weight 1), staged
     // from maps of 64-row boxes (GLU_EXCHANGE: gate's to warpgroup 0, up's to 1) or 8-row ones
     // (GLU_IL: interleaved); the task stores silu(gate) · up (`silu_times`) of its 64 features,
     // with `xb` also their rounded k-permuted copy as silu_mul_bf16 writes it.
     static_assert(GLU != GLU_EXCHANGE || (FT == 128 && CL == 1 && N <= 64), "GLU: 128 features a task, one CTA, decode rows");
-    static_assert(GLU != GLU_IL || (FT == 128 && CL == 1 && N >= 128 && !NRM), "GLU_IL: 128 features a task, one CTA, prefill rows");
+    static_assert(GLU != GLU_IL || (FT == 128 && N >= 128 && !NRM), "GLU_IL: 128 features a task, prefill rows");
     const int all_tiles =
         GLU ? (n0 + 63) / 64 : (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
     // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
@@ -416,7 +419,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             for (int e = 0; e < NW / 2; e++) {
                 if ((e / 2) % 2) continue;
                 const int n = n0w + 8 * (e / 4) + 2 * t4 + e % 2;
-                if (m0 < n0 && n < num_rows) {
+                if ((CL == 1 || own) && m0 < n0 && n < num_rows) {  // one CTA: main's condition
                     // n2: whether the pair map staged up's rows first (tma::bf16_pair_map).
                     const float y = n2 ? silu_times(acc[e + 2], acc[e]) : silu_times(acc[e], acc[e + 2]);
                     out0[(u64)n * n0 + m0] = y;
@@ -466,12 +469,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         // consumers (named barrier 1: the producer warp does not take part) agree on the last
         // arrival at the feature tile, which folds.
         if (counters == nullptr) continue;
-        __threadfence();
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        if (threadIdx.x == 0) is_last = atomicAdd(&counters[ft], 1u) == splits - 1;
+        if (threadIdx.x == 0) is_last = fold_arrive(&counters[ft]) == splits - 1;
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (!is_last) continue;
-        __threadfence();
         if constexpr (GLU == GLU_EXCHANGE) {
             // Gate's and up's columns of the pair's 64 features, each folded as `fold_chunks_glu`
             // folds them, and their SwiGLU.
@@ -520,9 +521,11 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
 #define LINEAR_TMA_GLU(N, NAME, BLOCKS)                                 \
     LINEAR_TMA_G(N, 128, 4, 1, GLU_EXCHANGE, false, NAME##_glu, BLOCKS) \
     LINEAR_TMA_G(N, 128, 16, 1, GLU_EXCHANGE, false, NAME##_glu_k1024, BLOCKS)
-#define LINEAR_TMA_GLI(N, NAME, BLOCKS)                           \
-    LINEAR_TMA_G(N, 128, 4, 1, GLU_IL, false, NAME##_gli, BLOCKS) \
-    LINEAR_TMA_G(N, 128, 16, 1, GLU_IL, false, NAME##_gli_k1024, BLOCKS)
+#define LINEAR_TMA_GLI(N, NAME, BLOCKS)                                    \
+    LINEAR_TMA_G(N, 128, 4, 1, GLU_IL, false, NAME##_gli, BLOCKS)          \
+    LINEAR_TMA_G(N, 128, 16, 1, GLU_IL, false, NAME##_gli_k1024, BLOCKS)   \
+    LINEAR_TMA_G(N, 128, 4, 2, GLU_IL, false, NAME##_gli_c2, BLOCKS)       \
+    LINEAR_TMA_G(N, 128, 16, 2, GLU_IL, false, NAME##_gli_c2_k1024, BLOCKS)
 // The norm inside (`_norm`, NRM), of the products alone and of gate|up with the SwiGLU: decode rows.
 #define LINEAR_TMA_NORM(N, NAME, BLOCKS)                                  \
     LINEAR_TMA_G(N, 128, 4, 1, GLU_NONE, true, NAME##_norm, BLOCKS)             \
@@ -538,9 +541,14 @@ LINEAR_TMA_KC(192, 128, n192, 1)
 LINEAR_TMA_KC(16, 64, n16_f64, 2)
 LINEAR_TMA_KC(32, 64, n32_f64, 2)
 LINEAR_TMA_KC(64, 64, n64_f64, 2)
-// 64 rows of x shared by a cluster of two (`CL`): whole-K tasks of 128 features at 33-64 rows.
+// Rows of x shared by a cluster of two (`CL`): whole-K tasks of 128 features at 33-64 rows
+// (`PLUMB_CUDA_TMA_CLUSTER`) and at prefill rows (`PLUMB_CUDA_TMA_CLUSTER_PREFILL`).
 LINEAR_TMA_CL(64, 128, 4, 2, n64_c2, 2)
 LINEAR_TMA_CL(64, 128, 16, 2, n64_c2_k1024, 2)
+LINEAR_TMA_CL(128, 128, 4, 2, n128_c2, 1)
+LINEAR_TMA_CL(128, 128, 16, 2, n128_c2_k1024, 1)
+LINEAR_TMA_CL(192, 128, 4, 2, n192_c2, 1)
+LINEAR_TMA_CL(192, 128, 16, 2, n192_c2_k1024, 1)
 LINEAR_TMA_GLU(8, n8, 2)
 LINEAR_TMA_GLU(16, n16, 2)
 LINEAR_TMA_GLU(32, n32, 2)
