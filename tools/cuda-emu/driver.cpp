@@ -49,7 +49,7 @@ struct EmuKernel {
 };
 typedef const EmuKernel* (*KernelsFn)(int*);
 typedef const char* (*LaunchFn)(const EmuKernel*, const unsigned*, const unsigned*, unsigned, void**, unsigned,
-                                unsigned long long);
+                                unsigned long long, unsigned);
 
 // A module's kernels share its statics (the `__shared__` variables, the scheduler): one launch
 // at a time runs in it. Each load of a module is a copy of its own, so backends on different
@@ -70,7 +70,7 @@ struct Function {
 struct Node {
     enum Kind { KERNEL, COPY, SET8, SET32 } kind;
     Function* f = nullptr;
-    unsigned grid[3] = {}, block[3] = {}, smem = 0;
+    unsigned grid[3] = {}, block[3] = {}, smem = 0, cluster = 1;
     std::vector<std::vector<unsigned char>> args;
     unsigned long long grid_id = 0;  // given at instantiation
     void* dst = nullptr;
@@ -119,15 +119,15 @@ Stream* stream_of(void* s) {
 // given when the graph was instantiated, on every replay (as a GPU does).
 std::atomic<unsigned long long> grid_ids{0};
 
-CUresult run(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, void** params,
-             unsigned long long grid_id = 0) {
+CUresult run(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, unsigned cluster,
+             void** params, unsigned long long grid_id = 0) {
     if ((int)smem > f->max_dynamic_smem) {
         fprintf(stderr, "cuda-emu: %s asks for %u bytes of dynamic shared memory, %d allowed\n", f->kernel->name, smem,
                 f->max_dynamic_smem);
         return INVALID_VALUE;
     }
     std::lock_guard<std::mutex> g(f->module->running);
-    const char* err = f->module->launch(f->kernel, grid, block, smem, params, order(), grid_id ? grid_id : ++grid_ids);
+    const char* err = f->module->launch(f->kernel, grid, block, smem, params, order(), grid_id ? grid_id : ++grid_ids, cluster);
     if (err) {
         fprintf(stderr, "cuda-emu: %s (grid %u,%u,%u, block %u,%u,%u): %s\n", f->kernel->name, grid[0], grid[1],
                 grid[2], block[0], block[1], block[2], err);
@@ -136,8 +136,8 @@ CUresult run(Function* f, const unsigned grid[3], const unsigned block[3], unsig
     return OK;
 }
 
-CUresult launch(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, void* stream,
-                void** params) {
+CUresult launch(Function* f, const unsigned grid[3], const unsigned block[3], unsigned smem, unsigned cluster,
+                void* stream, void** params) {
     if (!f || !params) return INVALID_VALUE;
     Stream* s = stream_of(stream);
     if (s->capturing) {
@@ -146,6 +146,7 @@ CUresult launch(Function* f, const unsigned grid[3], const unsigned block[3], un
         memcpy(node.grid, grid, sizeof node.grid);
         memcpy(node.block, block, sizeof node.block);
         node.smem = smem;
+        node.cluster = cluster;
         for (int i = 0; i < f->kernel->num_params; i++) {
             const unsigned char* p = (const unsigned char*)params[i];
             node.args.emplace_back(p, p + f->kernel->sizes[i]);
@@ -153,7 +154,7 @@ CUresult launch(Function* f, const unsigned grid[3], const unsigned block[3], un
         s->capturing->nodes.push_back(std::move(node));
         return OK;
     }
-    return run(f, grid, block, smem, params);
+    return run(f, grid, block, smem, cluster, params);
 }
 
 CUresult copy(void* dst, const void* src, size_t n, void* stream) {
@@ -261,6 +262,7 @@ CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice) {
         case 81: *v = 233472; break;                           // shared memory per SM
         case 97: *v = 232448; break;                           // shared memory per block, opt-in
         case 106: *v = 32; break;                              // blocks per SM
+        case 120: *v = 1; break;                               // cluster launch
         default: *v = 0;
     }
     return OK;
@@ -425,7 +427,7 @@ CUresult cuGraphLaunch(void* exec, void* stream) {
         if (n.kind == Node::KERNEL) {
             std::vector<void*> params;
             for (auto& a : n.args) params.push_back(a.data());
-            r = run(n.f, n.grid, n.block, n.smem, params.data(), n.grid_id);
+            r = run(n.f, n.grid, n.block, n.smem, n.cluster, params.data(), n.grid_id);
         } else if (n.kind == Node::COPY) {
             r = copy(n.dst, n.src, n.n, nullptr);
         } else {
@@ -534,7 +536,7 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
                         unsigned smem, void* stream, void** params, void** extra) {
     if (extra) return NOT_SUPPORTED;
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    return launch((Function*)f, grid, block, smem, stream, params);
+    return launch((Function*)f, grid, block, smem, 1, stream, params);
 }
 struct LaunchConfig {
     unsigned grid[3], block[3], smem;
@@ -542,9 +544,23 @@ struct LaunchConfig {
     void* attrs;
     unsigned num_attrs;
 };
+// CUlaunchAttribute: its id, 4 bytes of padding, then a 64-byte value.
+struct LaunchAttribute {
+    unsigned id;
+    char pad[4];
+    unsigned value[16];
+};
+enum { LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
 CUresult cuLaunchKernelEx(const LaunchConfig* c, void* f, void** params, void** extra) {
     if (extra) return NOT_SUPPORTED;
-    return launch((Function*)f, c->grid, c->block, c->smem, c->stream, params);
+    unsigned cluster = 1;
+    const LaunchAttribute* attrs = (const LaunchAttribute*)c->attrs;
+    for (unsigned i = 0; i < c->num_attrs; i++) {
+        if (attrs[i].id != LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;  // programmatic launch: nothing to do
+        if (attrs[i].value[1] > 1 || attrs[i].value[2] > 1) return NOT_SUPPORTED;  // clusters along x only
+        cluster = attrs[i].value[0] ? attrs[i].value[0] : 1;
+    }
+    return launch((Function*)f, c->grid, c->block, c->smem, cluster, c->stream, params);
 }
 // A tiled tensor map as the TMA copies of prelude.h read it (tensor_map.h), checked as the
 // driver checks one: rank 1 to 5, a global address 16-byte aligned, strides multiples of 16

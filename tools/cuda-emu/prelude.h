@@ -4,7 +4,8 @@
 // A block's threads are fibers on one OS thread. A fiber runs until it reaches a barrier
 // (`__syncthreads`, a warp's `__syncwarp` or shuffle) or returns; a barrier opens once every
 // thread it waits for (every live thread of the block, or of the warp's mask) has reached it.
-// Blocks run one after another (-fno-gnu-unique keeps each loaded copy of a module its own statics,
+// Blocks run one after another, or a cluster's blocks together, each thread holding its block's
+// shared memory while it runs (`activate`) (-fno-gnu-unique keeps each loaded copy of a module its own statics,
 // so backends on two threads run side by side). So shared memory is ordinary memory, atomics need no atomicity,
 // and a kernel that forgets a barrier reads what the threads before it left (or the 0xff bytes a
 // block's dynamic shared memory starts with), as a GPU may. Arithmetic is the CPU's IEEE float:
@@ -17,6 +18,8 @@
 #pragma once
 #include "tensor_map.h"
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -36,7 +39,6 @@
 #define EMU_GLOBAL
 #define __launch_bounds__(...)
 #define __grid_constant__
-#define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 
@@ -57,13 +59,16 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 namespace emu {
 
-enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, AT_MBAR, DONE };
+enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, AT_MBAR, AT_CLUSTER, DONE };
 
 struct Thread {
     void* sp;
     State state;
     uint3 tid;
-    unsigned lin;       // linear index in the block
+    uint3 block;        // its block's index (blockIdx)
+    unsigned lin;       // index among the launch's fibers: a cluster's blocks one after another
+    unsigned in_cta;    // linear index in its block
+    unsigned cta;       // its block's rank in the cluster
     unsigned mask;      // the warp mask it waits with (AT_WARP)
     unsigned bar_id;    // the named barrier it waits at and the threads that barrier counts (AT_NAMED),
     unsigned bar_count; // or the mbarrier's shared address and the phase parity it waits for (AT_MBAR)
@@ -76,10 +81,15 @@ struct Warp {
 
 // One launch's state (launches are serialized by the driver).
 struct Global {
-    uint3 block_idx, block_dim, grid_dim;
+    uint3 block_dim, grid_dim;
     Thread* threads;
     Warp* warps;
-    unsigned num_threads;
+    unsigned num_threads;    // the fibers: every thread of a cluster
+    unsigned block_threads;  // a block's threads
+    unsigned cluster;        // blocks a cluster (1: none)
+    unsigned active;         // the rank whose shared memory the section holds
+    unsigned char* images;   // each rank's shared memory while another's is in the section
+    size_t dyn_bytes;        // the launch's dynamic shared memory
     Thread* cur;
     void* sched_sp;
     void (*call)(void* fn, void** params);
@@ -90,6 +100,7 @@ struct Global {
     unsigned long long grid_id;  // %gridid: the driver's number for this launch (a graph node keeps its own)
 };
 inline Global g;
+inline char message[512];
 
 // %globaltimer: the host's monotonic clock in nanoseconds.
 inline unsigned long long globaltimer() {
@@ -101,12 +112,39 @@ inline unsigned long long globaltimer() {
 // The dynamic shared memory of a block (`extern __shared__`), in this module's static storage so
 // that the 32-bit shared addresses of cp.async and ldmatrix reach it and the static `__shared__`
 // variables alike (both lie within 2 GiB of `dyn_smem`).
-alignas(1024) inline unsigned char dyn_smem[232448];
+alignas(1024) __attribute__((section("emu_smem"))) inline unsigned char dyn_smem[232448];
+
+// A block's static `__shared__` variables: translate.py rewrites each declaration into a reference
+// to `static_shared`, placed at its first use in this arena (beside `dyn_smem`, in the section that
+// a cluster's blocks swap in and out: `activate`). GCC 12 drops a section attribute on the static
+// locals of templates, so the kernels' own statics cannot lie there.
+constexpr size_t STATIC_SMEM_BYTES = 1 << 20;
+alignas(1024) __attribute__((section("emu_smem"))) inline unsigned char static_smem[STATIC_SMEM_BYTES];
+inline size_t static_smem_used;
+inline unsigned char* static_alloc(size_t bytes, size_t align) {
+    const size_t at = (static_smem_used + align - 1) / align * align;
+    if (at + bytes > STATIC_SMEM_BYTES) {
+        fprintf(stderr, "cuda-emu: the kernels' static shared variables pass the emulator's %zu bytes\n", STATIC_SMEM_BYTES);
+        abort();
+    }
+    static_smem_used = at + bytes;
+    return static_smem + at;
+}
+// Declaration `ID` of the module (one for every instance of a template), of type T.
+template <class T, size_t ALIGN, int ID>
+inline T& static_shared() {
+    static T* const at = (T*)static_alloc(sizeof(T), ALIGN > alignof(T) ? ALIGN : alignof(T));
+    return *at;
+}
 
 }  // namespace emu
 
+// The shared-memory section's bounds (the linker's, this module's own).
+extern "C" unsigned char __start_emu_smem[] __attribute__((visibility("hidden")));
+extern "C" unsigned char __stop_emu_smem[] __attribute__((visibility("hidden")));
+
 #define threadIdx (emu::g.cur->tid)
-#define blockIdx (emu::g.block_idx)
+#define blockIdx (emu::g.cur->block)
 #define blockDim (emu::g.block_dim)
 #define gridDim (emu::g.grid_dim)
 #define warpSize 32
@@ -127,6 +165,24 @@ __asm__(
 
 namespace emu {
 
+inline size_t smem_section_bytes() { return (size_t)(__stop_emu_smem - __start_emu_smem); }
+
+// Puts rank `cta`'s shared memory (the static variables placed so far and the launch's dynamic
+// bytes) in the section, keeping the one there in its image (laid out as the section): a
+// cluster's blocks run together, each thread with its own block's.
+inline void activate(unsigned cta) {
+    if (cta == g.active) return;
+    const size_t n = smem_section_bytes();
+    unsigned char* const out = g.images + (size_t)g.active * n;
+    const unsigned char* const in = g.images + (size_t)cta * n;
+    const size_t s0 = (size_t)(static_smem - __start_emu_smem), d0 = (size_t)(dyn_smem - __start_emu_smem);
+    memcpy(out + s0, static_smem, static_smem_used);
+    memcpy(static_smem, in + s0, static_smem_used);
+    memcpy(out + d0, dyn_smem, g.dyn_bytes);
+    memcpy(dyn_smem, in + d0, g.dyn_bytes);
+    g.active = cta;
+}
+
 // From the current fiber to the next runnable one in the block's order (or, when none is left
 // this round or the launch failed, back to the scheduler, which opens the barriers).
 inline void yield() {
@@ -137,6 +193,7 @@ inline void yield() {
             Thread* t = &g.threads[i];
             if (t->state == RUN) {
                 g.cur = t;
+                activate(t->cta);
                 emu_switch_ctx(&me->sp, t->sp);
                 return;
             }
@@ -161,12 +218,18 @@ inline void block_barrier() {
 // `id`; id 0 with the block's thread count is `__syncthreads`.
 inline void named_barrier(unsigned id, unsigned count) {
     if (id > 15) fail("bar.sync: a barrier id past 15");
-    if (count == 0 || count % 32 != 0 || count > g.num_threads) fail("bar.sync: a thread count that is not whole warps of the block");
-    if (id == 0 && count == g.num_threads) return block_barrier();
+    if (count == 0 || count % 32 != 0 || count > g.block_threads) fail("bar.sync: a thread count that is not whole warps of the block");
+    if (id == 0 && count == g.block_threads) return block_barrier();
     if (id == 0) fail("bar.sync: barrier 0 with fewer threads than the block's (__syncthreads' own)");
     g.cur->bar_id = id;
     g.cur->bar_count = count;
     g.cur->state = AT_NAMED;
+    yield();
+}
+
+// barrier.cluster.arrive then .wait: every live thread of the cluster (of the block without one).
+inline void cluster_barrier() {
+    g.cur->state = AT_CLUSTER;
     yield();
 }
 
@@ -216,6 +279,18 @@ inline unsigned ballot(unsigned mask, int pred) {
 
 inline unsigned smem_u32(const void* p) { return (unsigned)((const unsigned char*)p - dyn_smem); }
 inline unsigned char* smem_ptr(unsigned a) { return dyn_smem + (int)a; }
+// The byte at shared address `a` of rank `cta`'s block (its image while another's is active).
+inline unsigned char* smem_at(unsigned cta, unsigned a) {
+    unsigned char* p = dyn_smem + (int)a;
+    if (cta == g.active) return p;
+    if (cta >= g.cluster) fail("a shared address of a rank past the cluster's");
+    if (p < __start_emu_smem || p >= __stop_emu_smem) {
+        snprintf(message, sizeof message, "shared address %d of rank %u outside shared memory (%ld..%ld)", (int)a, cta,
+                 (long)(__start_emu_smem - dyn_smem), (long)(__stop_emu_smem - dyn_smem));
+        fail(message);
+    }
+    return g.images + (size_t)cta * smem_section_bytes() + (p - __start_emu_smem);
+}
 
 // st.shared.u32: a word into shared memory at a shared-window address.
 inline void st_shared_u32(unsigned a, unsigned v) { memcpy(smem_ptr(a), &v, sizeof v); }
@@ -333,18 +408,18 @@ struct Mbar {
     unsigned lo;  // pending arrivals, count, parity
     int tx;       // pending transaction bytes
 };
-inline Mbar mbar_get(unsigned a) {
+inline Mbar mbar_get(unsigned cta, unsigned a) {
     Mbar m;
-    memcpy(&m, smem_ptr(a), sizeof m);
+    memcpy(&m, smem_at(cta, a), sizeof m);
     return m;
 }
-// Stores the barrier, completing its phase first if nothing is pending.
-inline void mbar_put(unsigned a, Mbar m) {
+// Stores the barrier of rank `cta`, completing its phase first if nothing is pending.
+inline void mbar_put(unsigned cta, unsigned a, Mbar m) {
     if ((m.lo & 0xffffu) == 0 && m.tx == 0) {
         const unsigned count = m.lo >> 16 & 0x7fffu, parity = m.lo >> 31;
         m.lo = (parity ^ 1u) << 31 | count << 16 | count;
     }
-    memcpy(smem_ptr(a), &m, sizeof m);
+    memcpy(smem_at(cta, a), &m, sizeof m);
 }
 inline void mbar_init(unsigned a, unsigned count) {
     if (a % 8 != 0) fail("mbarrier.init: an address that is not 8-byte aligned");
@@ -352,22 +427,31 @@ inline void mbar_init(unsigned a, unsigned count) {
     const Mbar m{count << 16 | count, 0};
     memcpy(smem_ptr(a), &m, sizeof m);
 }
-inline void mbar_arrive(unsigned a, unsigned tx_bytes) {
-    Mbar m = mbar_get(a);
+inline void mbar_arrive_at(unsigned cta, unsigned a, unsigned tx_bytes) {
+    Mbar m = mbar_get(cta, a);
     if ((m.lo & 0xffffu) == 0) fail("mbarrier.arrive: more arrivals in a phase than the barrier counts");
     m.lo -= 1;
     m.tx += (int)tx_bytes;
-    mbar_put(a, m);
+    mbar_put(cta, a, m);
 }
-inline void mbar_complete_tx(unsigned a, unsigned bytes) {
-    Mbar m = mbar_get(a);
+inline void mbar_arrive(unsigned a, unsigned tx_bytes) { mbar_arrive_at(g.cur->cta, a, tx_bytes); }
+// mapa.shared::cluster then mbarrier.arrive.shared::cluster: an arrival on rank `cta`'s barrier at
+// the same offset as `a` in this block.
+inline void mbar_arrive_remote(unsigned a, unsigned cta) {
+    if (cta >= g.cluster) fail("mapa: a rank past the cluster's");
+    mbar_arrive_at(cta, a, 0);
+}
+inline void mbar_complete_tx(unsigned cta, unsigned a, unsigned bytes) {
+    Mbar m = mbar_get(cta, a);
     m.tx -= (int)bytes;
-    mbar_put(a, m);
+    mbar_put(cta, a, m);
 }
-inline bool mbar_phase_done(unsigned a, unsigned parity) { return (mbar_get(a).lo >> 31) != (parity & 1u); }
+inline bool mbar_phase_done(unsigned cta, unsigned a, unsigned parity) {
+    return (mbar_get(cta, a).lo >> 31) != (parity & 1u);
+}
 // mbarrier.try_wait.parity as plumb's wait loops use it: returns (true) once the phase is done.
 inline unsigned mbar_wait(unsigned a, unsigned parity) {
-    if (!mbar_phase_done(a, parity)) {
+    if (!mbar_phase_done(g.cur->cta, a, parity)) {
         g.cur->bar_id = a;
         g.cur->bar_count = parity & 1u;
         g.cur->state = AT_MBAR;
@@ -385,7 +469,7 @@ inline unsigned mbar_wait(unsigned a, unsigned parity) {
 struct I5 {
     int v[5];
 };
-inline void tma_load(int rank, unsigned dst, const void* map_ptr, I5 c, unsigned bar) {
+inline void tma_load_to(unsigned cta, int rank, unsigned dst, const void* map_ptr, I5 c, unsigned bar) {
     TensorMap m;
     memcpy(&m, map_ptr, sizeof m);
     if (m.magic != TENSOR_MAP_MAGIC) fail("cp.async.bulk.tensor: a tensor map cuTensorMapEncodeTiled did not write");
@@ -409,14 +493,23 @@ inline void tma_load(int rank, unsigned dst, const void* map_ptr, I5 c, unsigned
         }
         for (unsigned b = 0; b < row_bytes; b += es) {
             const long long col = (long long)c.v[0] + b / es;
-            unsigned char* d = smem_ptr(swizzle_address(dst + r * row_bytes + b, m.swizzle));
+            unsigned char* d = smem_at(cta, swizzle_address(dst + r * row_bytes + b, m.swizzle));
             if (inside && col >= 0 && col < (long long)m.dims[0])
                 memcpy(d, base + off + col * es, es);
             else
                 memset(d, 0, es);
         }
     }
-    mbar_complete_tx(bar, rows * row_bytes);
+    mbar_complete_tx(cta, bar, rows * row_bytes);
+}
+inline void tma_load(int rank, unsigned dst, const void* map_ptr, I5 c, unsigned bar) {
+    tma_load_to(g.cur->cta, rank, dst, map_ptr, c, bar);
+}
+// ....multicast::cluster: the same box into every rank of `mask`, at the same offsets in each.
+inline void tma_load_multicast(int rank, unsigned dst, const void* map_ptr, I5 c, unsigned bar, unsigned mask) {
+    if (mask == 0 || mask >> g.cluster) fail("cp.async.bulk.tensor.multicast: a mask of ranks the cluster lacks");
+    for (unsigned r = 0; r < g.cluster; r++)
+        if (mask >> r & 1) tma_load_to(r, rank, dst, map_ptr, c, bar);
 }
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}: issued into the thread's queue and done
@@ -512,7 +605,7 @@ inline void wgmma_issue(std::initializer_list<float*> d, bool regs_a, U4 a, unsi
                         unsigned long long db, int scale_d, int scale_a, int scale_b, int tnsp_a, int tnsp_b) {
     static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma: N of 8 to 256");
     Thread* t = g.cur;
-    if (t->lin / 128 * 128 + 128 > g.num_threads) fail("wgmma: a thread of a warpgroup the block does not hold whole");
+    if (t->in_cta / 128 * 128 + 128 > g.block_threads) fail("wgmma: a thread of a warpgroup the block does not hold whole");
     if (d.size() != N / 2) fail("wgmma: not N / 2 accumulators");
     WgmmaQueue& q = wg_queues[t->lin];
     if (q.num == q.cap) {
@@ -547,8 +640,8 @@ inline void wgmma_wait(unsigned pending) {
     if (q.num_groups <= pending) return;
     const unsigned done_groups = q.num_groups - pending, done_ops = q.groups[done_groups - 1];
     for (unsigned i = 0; i < done_ops; i++) {
-        if (q.ops[i].bf16) wgmma_run<true>(q.ops[i], g.cur->lin);
-        else wgmma_run<false>(q.ops[i], g.cur->lin);
+        if (q.ops[i].bf16) wgmma_run<true>(q.ops[i], g.cur->in_cta);
+        else wgmma_run<false>(q.ops[i], g.cur->in_cta);
     }
     memmove(q.ops, q.ops + done_ops, (q.num - done_ops) * sizeof(WgmmaOp));
     q.num -= done_ops;
@@ -571,9 +664,9 @@ inline void wgmma_reset(unsigned lin) { wg_queues[lin].num = wg_queues[lin].num_
 // Barriers, shuffles and votes.
 inline void __syncthreads() { emu::block_barrier(); }
 inline int __syncthreads_count(int pred) {
-    static int count;
+    int& count = emu::static_shared<int, 4, -1>();
     emu::block_barrier();
-    if (emu::g.cur->lin == 0) count = 0;
+    if (emu::g.cur->in_cta == 0) count = 0;
     emu::block_barrier();
     count += pred != 0;
     emu::block_barrier();

@@ -1,8 +1,9 @@
-// The scheduler of an emulated module (see prelude.h): runs a launch's blocks one after another,
-// each block's threads as fibers that switch at barriers. translate.py appends this after the
+// The scheduler of an emulated module (see prelude.h): runs a launch's blocks (or clusters of
+// blocks) one after another, each one's threads as fibers that switch at barriers. translate.py appends this after the
 // kernels, then the table of the module's `extern "C"` kernels (`emu_kernels`).
 #pragma once
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 namespace emu {
@@ -47,7 +48,6 @@ constexpr unsigned long long CANARY = 0x5ca1ab1ec0ffee00ull;
 inline Thread threads[MAX_THREADS];
 inline Warp warps[MAX_THREADS / 32];
 inline unsigned char* stacks;
-inline char message[512];
 
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_entry() {
     g.call(g.fn, g.params);
@@ -76,17 +76,18 @@ inline void* fresh_stack(unsigned i) {
     return sp;
 }
 
-// Opens what can open: the block's barrier when every live thread waits at it, else each warp
-// whose waiting lanes' masks cover only waiting (or finished) lanes. False: nothing could open.
-inline bool open_barriers(unsigned n) {
+// Opens what can open in one block of `n` threads at `ts`: its barrier when every live thread
+// waits at it, else its named barriers, mbarriers and each warp whose waiting lanes' masks cover
+// only waiting (or finished) lanes. False: nothing could open.
+inline bool open_block(Thread* ts, unsigned n) {
     unsigned live = 0, at_block = 0;
     for (unsigned i = 0; i < n; i++) {
-        live += threads[i].state != DONE;
-        at_block += threads[i].state == AT_BLOCK;
+        live += ts[i].state != DONE;
+        at_block += ts[i].state == AT_BLOCK;
     }
     if (live && at_block == live) {
         for (unsigned i = 0; i < n; i++)
-            if (threads[i].state == AT_BLOCK) threads[i].state = RUN;
+            if (ts[i].state == AT_BLOCK) ts[i].state = RUN;
         return true;
     }
     bool opened = false;
@@ -94,7 +95,7 @@ inline bool open_barriers(unsigned n) {
     for (unsigned id = 1; id < 16; id++) {
         unsigned at = 0, count = 0;
         for (unsigned i = 0; i < n; i++) {
-            const Thread& t = threads[i];
+            const Thread& t = ts[i];
             if (t.state != AT_NAMED || t.bar_id != id) continue;
             if (count && t.bar_count != count) {
                 snprintf(message, sizeof message, "bar.sync %u: threads wait with counts %u and %u", id, count, t.bar_count);
@@ -111,14 +112,14 @@ inline bool open_barriers(unsigned n) {
                 return false;
             }
             for (unsigned i = 0; i < n; i++)
-                if (threads[i].state == AT_NAMED && threads[i].bar_id == id) threads[i].state = RUN;
+                if (ts[i].state == AT_NAMED && ts[i].bar_id == id) ts[i].state = RUN;
             opened = true;
         }
     }
     // A thread at an mbarrier goes on once the phase it waits for has completed.
     for (unsigned i = 0; i < n; i++) {
-        Thread& t = threads[i];
-        if (t.state == AT_MBAR && mbar_phase_done(t.bar_id, t.bar_count)) {
+        Thread& t = ts[i];
+        if (t.state == AT_MBAR && mbar_phase_done(t.cta, t.bar_id, t.bar_count)) {
             t.state = RUN;
             opened = true;
         }
@@ -126,7 +127,7 @@ inline bool open_barriers(unsigned n) {
     for (unsigned w = 0; w * 32 < n; w++) {
         unsigned waiting = 0, need = 0, unfinished = 0;
         for (unsigned l = 0; l < 32 && w * 32 + l < n; l++) {
-            const Thread& t = threads[w * 32 + l];
+            const Thread& t = ts[w * 32 + l];
             if (t.state != DONE) unfinished |= 1u << l;
             if (t.state == AT_WARP) {
                 waiting |= 1u << l;
@@ -135,18 +136,47 @@ inline bool open_barriers(unsigned n) {
         }
         if (waiting && (need & unfinished & ~waiting) == 0) {
             for (unsigned l = 0; l < 32; l++)
-                if (waiting >> l & 1) threads[w * 32 + l].state = RUN;
+                if (waiting >> l & 1) ts[w * 32 + l].state = RUN;
             opened = true;
         }
     }
     return opened;
 }
 
-inline const char* run_block(unsigned n, bool reverse) {
+// Opens what can open in each block of the cluster, then the cluster's barrier when every live
+// thread of it waits there. False: nothing could open.
+inline bool open_barriers(unsigned n) {
+    bool opened = false;
+    for (unsigned first = 0; first < n; first += g.block_threads) {
+        opened |= open_block(threads + first, g.block_threads);
+        if (g.error) return false;
+    }
+    unsigned live = 0, at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        live += threads[i].state != DONE;
+        at += threads[i].state == AT_CLUSTER;
+    }
+    if (live && at == live) {
+        for (unsigned i = 0; i < n; i++) threads[i].state = threads[i].state == AT_CLUSTER ? RUN : threads[i].state;
+        opened = true;
+    }
+    return opened;
+}
+
+// Runs the blocks of one cluster (one block without clusters) from block `first` (linear, x
+// fastest: a cluster's blocks are consecutive in x) to the end, `g.block_threads` threads each.
+inline const char* run_cluster(unsigned long long first, bool reverse) {
+    const unsigned n = g.num_threads, nb = g.block_threads;
     for (unsigned i = 0; i < n; i++) {
         Thread& t = threads[i];
+        const unsigned j = i % nb;
+        const unsigned long long b = first + i / nb;
         t.lin = i;
-        t.tid = {i % g.block_dim.x, i / g.block_dim.x % g.block_dim.y, i / (g.block_dim.x * g.block_dim.y)};
+        t.in_cta = j;
+        t.cta = i / nb;
+        t.tid = {j % g.block_dim.x, j / g.block_dim.x % g.block_dim.y, j / (g.block_dim.x * g.block_dim.y)};
+        t.block = {(unsigned)(b % g.grid_dim.x), (unsigned)(b / g.grid_dim.x % g.grid_dim.y),
+                   (unsigned)(b / g.grid_dim.x / g.grid_dim.y)};
         t.state = RUN;
         t.exchanges = 0;
         t.mask = 0;
@@ -159,6 +189,7 @@ inline const char* run_block(unsigned n, bool reverse) {
             Thread& t = threads[reverse ? n - 1 - j : j];
             while (t.state == RUN) {
                 g.cur = &t;
+                activate(t.cta);
                 emu_switch_ctx(&g.sched_sp, t.sp);
                 if (g.error) return g.error;
             }
@@ -172,17 +203,19 @@ inline const char* run_block(unsigned n, bool reverse) {
         }
         if (!open_barriers(n)) {
             if (g.error) return g.error;
-            unsigned at_block = 0, at_warp = 0, at_named = 0, at_mbar = 0;
+            unsigned at_block = 0, at_warp = 0, at_named = 0, at_mbar = 0, at_cluster = 0;
             for (unsigned i = 0; i < n; i++) {
                 at_block += threads[i].state == AT_BLOCK;
                 at_warp += threads[i].state == AT_WARP;
                 at_named += threads[i].state == AT_NAMED;
                 at_mbar += threads[i].state == AT_MBAR;
+                at_cluster += threads[i].state == AT_CLUSTER;
             }
+            const uint3 b = threads[0].block;
             snprintf(message, sizeof message,
-                     "deadlock in block (%u,%u,%u): %u threads wait at __syncthreads, %u at a warp barrier, %u at "
-                     "named barriers, %u at mbarriers, the others have returned",
-                     g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp, at_named, at_mbar);
+                     "deadlock in block (%u,%u,%u)%s: %u threads wait at __syncthreads, %u at a warp barrier, %u at "
+                     "named barriers, %u at mbarriers, %u at the cluster's barrier, the others have returned",
+                     b.x, b.y, b.z, g.cluster > 1 ? "'s cluster" : "", at_block, at_warp, at_named, at_mbar, at_cluster);
             return message;
         }
     }
@@ -190,32 +223,55 @@ inline const char* run_block(unsigned n, bool reverse) {
 
 }  // namespace emu
 
-// One launch, run to completion, as grid `grid_id` (%gridid). `order`: bit 0 runs the blocks last to first, bit 1 each
-// block's threads last to first (orders a correct kernel does not depend on). Returns null, or
+// One launch, run to completion, as grid `grid_id` (%gridid), its blocks in clusters of `cluster`
+// along x (1: none). `order`: bit 0 runs the blocks (clusters) last to first, bit 1 each block's
+// (cluster's) threads last to first (orders a correct kernel does not depend on). Returns null, or
 // what went wrong.
 extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], const unsigned block[3], unsigned smem,
-                                  void** params, unsigned order, unsigned long long grid_id) {
+                                  void** params, unsigned order, unsigned long long grid_id, unsigned cluster) {
     using namespace emu;
     const unsigned n = block[0] * block[1] * block[2];
     if (n == 0 || n > MAX_THREADS) return "a block of 0 or more than 1024 threads";
     if (smem > sizeof dyn_smem) return "more dynamic shared memory than a block may have";
+    if (cluster == 0 || cluster > 8 || grid[0] % cluster != 0) return "a cluster of 0 or more than 8 blocks, or a grid's x not a multiple of it";
+    if (cluster > 1 && (n % 32 != 0 || n * cluster > MAX_THREADS))
+        return "a cluster whose blocks are not whole warps or hold more than 1024 threads together (not modeled)";
     if (!make_stacks()) return "no memory for the fibers' stacks";
+    static unsigned char* images;
+    static size_t image_bytes;
+    const size_t section = smem_section_bytes();
+    if (cluster > 1 && image_bytes < cluster * section) {
+        free(images);
+        image_bytes = cluster * section;
+        images = (unsigned char*)malloc(image_bytes);
+        if (!images) {
+            image_bytes = 0;
+            return "no memory for the cluster's shared memory";
+        }
+    }
     g = Global{};
     g.block_dim = {block[0], block[1], block[2]};
     g.grid_dim = {grid[0], grid[1], grid[2]};
     g.threads = threads;
     g.warps = warps;
-    g.num_threads = n;
+    g.block_threads = n;
+    g.cluster = cluster;
+    g.num_threads = n * cluster;
+    g.images = images;
+    g.dyn_bytes = smem;
     g.call = k->call;
     g.fn = k->fn;
     g.params = params;
     g.grid_id = grid_id;
-    const unsigned long long blocks = (unsigned long long)grid[0] * grid[1] * grid[2];
-    for (unsigned long long b = 0; b < blocks; b++) {
-        const unsigned long long i = order & 1 ? blocks - 1 - b : b;
-        g.block_idx = {(unsigned)(i % grid[0]), (unsigned)(i / grid[0] % grid[1]), (unsigned)(i / grid[0] / grid[1])};
+    const unsigned long long clusters = (unsigned long long)grid[0] * grid[1] * grid[2] / cluster;
+    for (unsigned long long c = 0; c < clusters; c++) {
+        const unsigned long long i = order & 1 ? clusters - 1 - c : c;
+        g.active = 0;
         memset(dyn_smem, 0xff, smem);
-        if (const char* e = run_block(n, order & 2)) return e;
+        // Every other rank starts from the same bytes (its statics as the last block left them).
+        for (unsigned r = 1; r < cluster; r++) memcpy(images + r * section, __start_emu_smem, section);
+        if (const char* e = run_cluster(i * cluster, order & 2)) return e;
+        activate(0);
     }
     return nullptr;
 }

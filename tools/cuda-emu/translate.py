@@ -176,6 +176,23 @@ def model_hopper(t, tight, outs, ins):
         padded = ", ".join(f"(int){x}" for x in coords + ["0"] * (5 - len(coords)))
         return (f"emu::tma_load({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
                 f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)})")
+    m = re.match(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes"
+                 r"\.multicast::cluster \[(%\d+)\],\[(%\d+),\{([%\d,]+)\}\],\[(%\d+)\],(%\d+);$", tight)
+    if m:
+        rank, dst, mp, cs, bar, mask = m.groups()
+        coords = [operand(ops, x) for x in cs.split(",")]
+        if len(coords) != int(rank):
+            return 'emu::fail("cp.async.bulk.tensor: a coordinate count unlike its rank")'
+        padded = ", ".join(f"(int){x}" for x in coords + ["0"] * (5 - len(coords)))
+        return (f"emu::tma_load_multicast({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
+                f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)}, (unsigned){operand(ops, mask)})")
+    # An arrival on another rank's barrier: mapa of this block's address, then the remote arrive.
+    m = re.match(r"\{ \.reg \.b32 (\w+); mapa\.shared::cluster\.u32 \1,(%\d+),(%\d+|\d+); "
+                 r"mbarrier\.arrive\.shared::cluster\.b64 _,\[\1\]; \}$", tight)
+    if m:
+        return f"emu::mbar_arrive_remote({operand(ops, m.group(2))}, (unsigned){operand(ops, m.group(3))})"
+    if re.match(r"barrier\.cluster\.arrive(\.release)?; barrier\.cluster\.wait(\.acquire)?;$", t):
+        return "emu::cluster_barrier()"
     m = re.match(r"\{ \.reg \.pred (\w+); setp\.ne\.b32 \1,(%\d+|\d+),0; "
                  r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(?:bf16|f16) "
                  r"\{([%\d,]+)\},(?:(%\d+)|\{(%\d+),(%\d+),(%\d+),(%\d+)\}),(%\d+),\1,(-?1),(-?1)(?:,([01]))?,([01]); \}$",
@@ -218,6 +235,27 @@ def rewrite_extern_shared(text):
     return pattern.sub(lambda m: f"{m.group(1)}* const {m.group(2)} = reinterpret_cast<{m.group(1)}*>(emu::dyn_smem);", text)
 
 
+def rewrite_static_shared(text):
+    """Each `__shared__ T name[...];` as a reference to its place in prelude.h's arena
+    (`emu::static_shared`), which a cluster's blocks swap with the dynamic bytes."""
+    pattern = re.compile(r"__shared__\s+(?:__align__\s*\(\s*(\d+)\s*\)\s*)?([A-Za-z_][\w\s:]*?)\s+(\w+)\s*((?:\[[^\]]+\]\s*)*);")
+    count = iter(range(1 << 30))
+
+    def sub(m):
+        align, ty, name = m.group(1) or "1", m.group(2), m.group(3)
+        dims = re.sub(r"\s+", " ", m.group(4)).strip()
+        if dims:
+            return f"{ty} (&{name}){dims} = emu::static_shared<{ty}{dims}, {align}, {next(count)}>();"
+        return f"{ty}& {name} = emu::static_shared<{ty}, {align}, {next(count)}>();"
+
+    out = pattern.sub(sub, text)
+    left = re.search(r"\b__shared__\b.*", out)
+    if left:
+        sys.stderr.write(f"cuda-emu: a __shared__ declaration translate.py cannot read: {left.group(0)[:200]}\n")
+        sys.exit(1)
+    return out
+
+
 def kernels(text):
     names = []
     for m in re.finditer(r'extern\s+"C"\s+EMU_GLOBAL\s+void\s+', text):
@@ -248,7 +286,7 @@ def main():
     if pre.returncode:
         sys.stderr.write(pre.stderr)
         sys.exit(1)
-    text = rewrite_asm(rewrite_extern_shared(pre.stdout))
+    text = rewrite_asm(rewrite_static_shared(rewrite_extern_shared(pre.stdout)))
     names = kernels(text)
     table = ",\n".join(f'    emu::kernel("{n}", &{n})' for n in names)
     module = (

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # stage.sh — builds what tools/device/gpu-run.sh and bench-8b.sh run and packs it into one archive
 # small enough to travel to a GPU machine: the `plumb` binary, the CUDA backend's test binaries
-# (compile, conformance, row_invariance, fused, graphs, pick, memory, mma_probe, timeline) and its gemm_8b, wide_head and
+# (compile, conformance, clusters, row_invariance, fused, graphs, pick, memory, mma_probe, timeline) and its gemm_8b, wide_head and
 # stage_boundary examples,
 # the engine's GPU tests (lanes_parity_cuda, picks_cuda, drafts_cuda) and the server's tests built
 # to serve on the GPU (feature `cuda-tests`: errors, load, model_defaults, fuzz_json), plus the
@@ -37,7 +37,7 @@ cargo test --profile "$PROFILE" "${packages[@]}" --no-run --message-format=json 
 import json, shutil, sys
 dest = sys.argv[1]
 wanted = {
-    "plumb-backend-cuda": ("compile", "conformance", "row_invariance", "fused", "graphs", "pick", "memory", "mma_probe", "timeline"),
+    "plumb-backend-cuda": ("compile", "conformance", "clusters", "row_invariance", "fused", "graphs", "pick", "memory", "mma_probe", "timeline"),
     "plumb-engine": ("lanes_parity_cuda", "picks_cuda", "drafts_cuda"),
     "plumb-server": ("errors", "load", "model_defaults", "fuzz_json"),
 }

@@ -160,6 +160,7 @@ impl CudaBackend {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
         let name = if norm.is_some() { tma_name_norm(n, kc, false) } else { tma_name_cl(n, ft, kc, cl) };
+        self.tma_cluster_launches.fetch_add((cl > 1) as u64, Ordering::Relaxed);
         let l = Launch::new(self.kernel(&name), cfg)
             .cluster(cl as u32)
             .tensor_map(&xmap)
@@ -307,6 +308,7 @@ impl CudaBackend {
         }
         self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
         self.tma_gli_launches.fetch_add(il as u64, Ordering::Relaxed);
+        self.tma_cluster_launches.fetch_add((cl > 1) as u64, Ordering::Relaxed);
         self.tma_norm_launches.fetch_add(norm.is_some() as u64, Ordering::Relaxed);
         true
     }

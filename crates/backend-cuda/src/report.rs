@@ -153,6 +153,11 @@ impl CudaBackend {
         self.tma_gli_launches.load(Ordering::Relaxed)
     }
 
+    /// TMA `linear` launches (plain or gate|up with the SwiGLU) run in clusters of two sharing x.
+    pub fn tma_cluster_launches(&self) -> u64 {
+        self.tma_cluster_launches.load(Ordering::Relaxed)
+    }
+
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }

@@ -165,7 +165,7 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
                 b.set_tma_cluster_prefill(cl);
                 let mut fused = b.tensor(m, n);
                 b.linear_swiglu(&x, &gate, &up, &mut fused);
-                b.set_tma_cluster_prefill(false);
+                b.set_tma_cluster_prefill(true);
                 assert_same_bits(&b.download(&fused), &want, &|| format!("{what}, GLU launch {on}, clusters {cl}"));
                 if let Some(down) = &down {
                     let mut after = b.tensor(m, 64);
@@ -196,7 +196,7 @@ fn the_tensor_core_swiglu_in_one_launch_gives_the_bits_of_the_products_and_silu_
             let mut fused = b.tensor(m, 1536);
             b.set_tma_cluster_prefill(cl);
             b.linear_swiglu(&x, g, u, &mut fused);
-            b.set_tma_cluster_prefill(false);
+            b.set_tma_cluster_prefill(true);
             assert!(b.tma_gli_launches() > il, "{what}: no interleaved launch");
             assert_same_bits(&b.download(&fused), &b.download(&apart), &|| what.clone());
         }

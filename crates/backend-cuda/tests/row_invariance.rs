@@ -165,7 +165,7 @@ fn tensor_core_linear_rows_are_batch_invariant_at_a_long_k() {
             });
         }
         b.set_tma_cluster(false);
-        b.set_tma_cluster_prefill(false);
+        b.set_tma_cluster_prefill(true);
     }
 }
 
