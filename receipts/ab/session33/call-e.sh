@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# For the next device session, after call-c.sh on the warm machine: whether the prefill row tile
+# choice (`tma::tma_kernel`: 128 or 192 rows by waves times TASK_COST_192 = 1.36, tuned before
+# the clusters) still holds now that a pair of CTAs shares x. The 192-row tiles share more x; at
+# 2,048 rows o and down (32 feature tiles) run 11 row tiles of 192 = 176 cluster tasks over 66
+# cluster slots (2.7 waves), 16 of 128 = 256 tasks (3.9 waves). gemm_8b at M = 2,048 and pp2048,
+# main's choice against 128-row tiles only (PLUMB_CUDA_TMA_ROWS=128), two rounds alternating.
+set -u
+source tools/device/settings.sh; gpu_env
+B=/tmp/s33
+[ -x $B/plumb ] || { mkdir -p $B && tar -xJf .gpu/stage-s33.tar.xz -C $B; }
+S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $S 2>&1
+bash tools/device/seed-kernels.sh $B >> $S 2>&1
+[ -e /tmp/l8b/config.json ] || $B/plumb synth --arch llama-3.1-8b -t 14 /tmp/l8b > $OUT/synth.log 2>&1
+for r in 192 128 128 192; do
+  echo "## gemm_8b M = 2,048, PLUMB_CUDA_TMA_ROWS=$r" >> $S
+  PLUMB_CUDA_TMA_ROWS=$r GEMM_MS=2048 timeout 60 $B/gemm_8b $OUT/gemm-r$r.json 2>&1 | grep -E "^(qkv|o |down|gate_up)" >> $S
+done
+SETTINGS="main: r128:PLUMB_CUDA_TMA_ROWS=128" PHASES="prefill" timeout 200 bash tools/device/ab-8b.sh $B $OUT/ab > $OUT/ab.log 2>&1
+echo "ab rc=$?" >> $S
+grep -E "^(##|pp)" $OUT/ab/ab.txt >> $S
+cd $OUT && tar -cJf rest.tar.xz ab && rm -rf ab
