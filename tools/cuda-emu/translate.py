@@ -166,26 +166,19 @@ def model_hopper(t, tight, outs, ins):
                  r"selp\.(?:u32|b32) (%\d+),1,0,\1; \}$", tight)
     if m and len(outs) == 1:
         return f"(void)(({outs[0]}) = emu::mbar_wait({operand(ops, m.group(2))}, {operand(ops, m.group(3))}))"
-    m = re.match(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes "
-                 r"\[(%\d+)\],\[(%\d+),\{([%\d,]+)\}\],\[(%\d+)\];$", tight)
-    if m:
-        rank, dst, mp, cs, bar = m.groups()
-        coords = [operand(ops, x) for x in cs.split(",")]
-        if len(coords) != int(rank):
-            return 'emu::fail("cp.async.bulk.tensor: a coordinate count unlike its rank")'
-        padded = ", ".join(f"(int){x}" for x in coords + ["0"] * (5 - len(coords)))
-        return (f"emu::tma_load({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
-                f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)})")
+    # A tile copy into this block's shared memory, or (`.multicast::cluster`, a mask after the
+    # barrier) into every rank of the mask.
     m = re.match(r"cp\.async\.bulk\.tensor\.([1-5])d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes"
-                 r"\.multicast::cluster \[(%\d+)\],\[(%\d+),\{([%\d,]+)\}\],\[(%\d+)\],(%\d+);$", tight)
-    if m:
-        rank, dst, mp, cs, bar, mask = m.groups()
+                 r"(\.multicast::cluster)? \[(%\d+)\],\[(%\d+),\{([%\d,]+)\}\],\[(%\d+)\](?:,(%\d+))?;$", tight)
+    if m and bool(m.group(2)) == bool(m.group(7)):
+        rank, multicast, dst, mp, cs, bar, mask = m.groups()
         coords = [operand(ops, x) for x in cs.split(",")]
         if len(coords) != int(rank):
             return 'emu::fail("cp.async.bulk.tensor: a coordinate count unlike its rank")'
         padded = ", ".join(f"(int){x}" for x in coords + ["0"] * (5 - len(coords)))
-        return (f"emu::tma_load_multicast({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
-                f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)}, (unsigned){operand(ops, mask)})")
+        call, tail = ("tma_load_multicast", f", (unsigned){operand(ops, mask)}") if multicast else ("tma_load", "")
+        return (f"emu::{call}({rank}, {operand(ops, dst)}, (const void*)(uintptr_t){operand(ops, mp)}, "
+                f"emu::I5{{{{{padded}}}}}, {operand(ops, bar)}{tail})")
     # An arrival on another rank's barrier: mapa of this block's address, then the remote arrive.
     m = re.match(r"\{ \.reg \.b32 (\w+); mapa\.shared::cluster\.u32 \1,(%\d+),(%\d+|\d+); "
                  r"mbarrier\.arrive\.shared::cluster\.b64 _,\[\1\]; \}$", tight)

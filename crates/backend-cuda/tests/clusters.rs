@@ -10,20 +10,10 @@ mod device;
 #[path = "support/rows.rs"]
 mod rows;
 
-use rows::{assert_same_bits, weight};
+use rows::{assert_same_bits, on_tma, weight};
 
-use plumb_backend_cuda::CudaBackend;
 use plumb_core::{Backend, GgmlType, LinearOps};
 use plumb_verify::inputs::{Rng, Spread, activations};
-
-fn on_tma(b: &CudaBackend) -> bool {
-    let on = b.linear_inputs(GgmlType::BF16, 576) == plumb_core::LinearInputs::Bf16
-        && b.kernel_choices()[0] == ("linear_tma", true);
-    if !on {
-        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
-    }
-    on
-}
 
 #[test]
 fn prefill_products_in_clusters_of_two_give_the_bits_of_one_cta_each() {

@@ -11,7 +11,7 @@ mod kv;
 #[path = "support/rows.rs"]
 mod rows;
 
-use rows::{assert_same_bits, norm_weight, weight};
+use rows::{assert_same_bits, norm_weight, on_tma, weight};
 
 use plumb_core::{Backend, ElementwiseOps, GgmlType, LinearOps};
 use plumb_verify::inputs::{Rng, Spread, activations};
@@ -120,16 +120,6 @@ fn the_fused_swiglu_gives_the_bits_of_the_products_and_silu_mul_apart() {
         }
     }
     eprintln!("linear_swiglu: the bits of its products and silu_mul apart");
-}
-
-/// Whether bf16 weights run on the TMA kernels here (not on the emulator, which models no TMA).
-fn on_tma(b: &plumb_backend_cuda::CudaBackend) -> bool {
-    let on = b.linear_inputs(GgmlType::BF16, 576) == plumb_core::LinearInputs::Bf16
-        && b.kernel_choices()[0] == ("linear_tma", true);
-    if !on {
-        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
-    }
-    on
 }
 
 #[test]

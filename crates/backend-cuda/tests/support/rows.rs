@@ -77,3 +77,14 @@ pub fn norm_weight(b: &CudaBackend, rng: &mut Rng, cols: usize) -> plumb_backend
     })
     .unwrap()
 }
+
+/// Whether bf16 weights run on the TMA kernels here (tensor-core inputs and `linear_tma` on);
+/// says so when a test skips for it.
+pub fn on_tma(b: &CudaBackend) -> bool {
+    let on = b.linear_inputs(GgmlType::BF16, 576) == plumb_core::LinearInputs::Bf16
+        && b.kernel_choices()[0] == ("linear_tma", true);
+    if !on {
+        eprintln!("skipped: bf16 weights are not on the TMA kernels here");
+    }
+    on
+}
