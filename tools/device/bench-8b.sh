@@ -23,7 +23,7 @@ PH=${PHASES:-tests gemm synth bench conc}
 has() { [[ " $PH " == *" $1 "* ]]; }
 status=0
 if has tests; then
-    for t in ${TESTS:-mma_probe compile conformance row_invariance fused graphs pick memory}; do
+    for t in ${TESTS:-mma_probe compile conformance clusters row_invariance fused graphs pick memory}; do
         SECONDS=0
         timeout ${TEST_TIMEOUT:-300} "$B/$t" --nocapture --test-threads 1 >"$OUT/$t.log" 2>&1 || status=1
         echo "$t: $(grep 'test result' "$OUT/$t.log" | tail -1) (${SECONDS}s)"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 33, call C: main with try/s32's two winners landed (prefill products in clusters of two
+# Next session, call C (written in session 33; stage main first: the tarball holds the new
+# `clusters` test binary): main with try/s32's two winners landed (prefill products in clusters of two
 # sharing x, on by default; split folds arriving by one acq_rel atomic) and stage_boundary on a
 # capturable stream. The backend's bit tests, then stage_boundary (after the synth is done, so the
 # CPU is idle for the eager launches), then bench-8b.sh's pp2048 / tg64 / depth 512 and the
@@ -12,7 +13,7 @@ S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $S 2>&1
 bash tools/device/seed-kernels.sh $B >> $S 2>&1
 ([ -e /tmp/l8b/config.json ] || $B/plumb synth --arch llama-3.1-8b -t 14 /tmp/l8b > $OUT/synth.log 2>&1) &
-PHASES="tests" TESTS="compile conformance row_invariance fused graphs pick memory" bash tools/device/bench-8b.sh $B $OUT/bits >> $S 2>&1
+PHASES="tests" TESTS="compile conformance clusters row_invariance fused graphs pick memory" bash tools/device/bench-8b.sh $B $OUT/bits >> $S 2>&1
 echo "bits rc=$?" >> $S
 wait
 echo "## stage_boundary (one GPU, nothing else running)" >> $S
