@@ -59,6 +59,9 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 namespace emu {
 
+// The fibers a launch may hold: a cluster's threads (up to 1,024 a block).
+constexpr unsigned MAX_FIBERS = 4096;
+
 enum State { RUN, AT_BLOCK, AT_WARP, AT_NAMED, AT_MBAR, AT_CLUSTER, DONE };
 
 struct Thread {
@@ -338,7 +341,7 @@ inline unsigned short cvt_rn_f16_f32(float f) {
 struct MmaSlots {
     unsigned a[32][4], b[32][2];
 };
-inline MmaSlots mma_slots[32][2];
+inline MmaSlots mma_slots[MAX_FIBERS / 32][2];
 
 template <bool BF16>
 inline float wide16(unsigned h) {
@@ -534,8 +537,8 @@ struct WgmmaQueue {
     unsigned groups[64];  // the ops before each committed group's end, oldest first
     unsigned num_groups = 0;
 };
-inline WgmmaQueue wg_queues[1024];
-inline MmaSlots wg_slots[32][2];
+inline WgmmaQueue wg_queues[MAX_FIBERS];
+inline MmaSlots wg_slots[MAX_FIBERS / 32][2];
 
 // Element (row, k) of a K-major operand (row: M for A, N for B), or (k, row) of an MN-major one,
 // at descriptor `desc`: no swizzle (8 x 16-byte core matrices: rows 16 bytes apart, 8-row groups

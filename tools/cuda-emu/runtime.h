@@ -45,8 +45,8 @@ constexpr unsigned MAX_THREADS = 1024;
 constexpr size_t STACK_BYTES = 64 * 1024;
 constexpr unsigned long long CANARY = 0x5ca1ab1ec0ffee00ull;
 
-inline Thread threads[MAX_THREADS];
-inline Warp warps[MAX_THREADS / 32];
+inline Thread threads[MAX_FIBERS];
+inline Warp warps[MAX_FIBERS / 32];
 inline unsigned char* stacks;
 
 extern "C" __attribute__((visibility("hidden"))) void emu_fiber_entry() {
@@ -59,7 +59,7 @@ extern "C" __attribute__((visibility("hidden"))) void emu_fiber_entry() {
 
 inline bool make_stacks() {
     if (stacks) return true;
-    const size_t bytes = MAX_THREADS * STACK_BYTES;
+    const size_t bytes = (size_t)MAX_FIBERS * STACK_BYTES;
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
     madvise(p, bytes, MADV_HUGEPAGE);
@@ -234,8 +234,8 @@ extern "C" const char* emu_launch(const emu::Kernel* k, const unsigned grid[3], 
     if (n == 0 || n > MAX_THREADS) return "a block of 0 or more than 1024 threads";
     if (smem > sizeof dyn_smem) return "more dynamic shared memory than a block may have";
     if (cluster == 0 || cluster > 8 || grid[0] % cluster != 0) return "a cluster of 0 or more than 8 blocks, or a grid's x not a multiple of it";
-    if (cluster > 1 && (n % 32 != 0 || n * cluster > MAX_THREADS))
-        return "a cluster whose blocks are not whole warps or hold more than 1024 threads together (not modeled)";
+    if (cluster > 1 && (n % 32 != 0 || n * cluster > MAX_FIBERS))
+        return "a cluster whose blocks are not whole warps or hold more than 4096 threads together (not modeled)";
     if (!make_stacks()) return "no memory for the fibers' stacks";
     static unsigned char* images;
     static size_t image_bytes;

@@ -101,6 +101,8 @@ impl CudaBackend {
             ft,
             splits,
         );
+        // Clusters of four (two row tiles by two feature tiles) where asked and two row tiles exist.
+        let cl = if cl == 2 && n >= 128 && rows > n && self.tma.cluster_four.load(Ordering::Relaxed) { 4 } else { cl };
         TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl }
     }
 
@@ -124,7 +126,10 @@ impl CudaBackend {
         let features: usize = ws.iter().map(|w| w.rows).sum();
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
-        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
+        // In clusters of four each CTA of a row pair copies half a weight tile's rows, and of a
+        // feature pair half of x's.
+        let (rg, fg) = (if cl == 4 { 2 } else { 1 }, cl.min(2));
+        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft / rg)).collect();
         // The norm inside reads x itself: no rounded copy, and a map of x never read (weight 0's).
         assert!(norm.is_none() || (n, ft, cl) == (TMA_NORM_ROWS, 128, 1), "linear_tma: the norm inside at decode rows");
         let xmap = match norm {
@@ -132,10 +137,10 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
+                bf16_tile_map(input, cols, rows, cols * 2, n / fg)
             }
         };
-        let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
+        let tasks = rows.div_ceil(n).div_ceil(rg) * tiles.div_ceil(fg) * splits;
         let grid =
             if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
         let cfg = LaunchConfig {
@@ -236,7 +241,8 @@ impl CudaBackend {
             if gate.row_bytes != up.row_bytes {
                 return false;
             }
-            let Some((pair, up_first)) = bf16_pair_map(gate.ptr, up.ptr, cols, n0, gate.row_bytes) else {
+            let groups = if cl == 4 { 4 } else { 8 };
+            let Some((pair, up_first)) = bf16_pair_map(gate.ptr, up.ptr, cols, n0, gate.row_bytes, groups) else {
                 return false;
             };
             (pair, pair, up_first)
@@ -250,13 +256,13 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
+                bf16_tile_map(input, cols, rows, cols * 2, n / cl.min(2))
             }
         };
         // A task is a pair of 64-feature tiles, one of gate and one of up (in clusters of two, a
         // task is two such pairs, one a CTA).
         let pairs = n0.div_ceil(64);
-        let tasks = rows.div_ceil(n) * pairs.div_ceil(cl) * splits;
+        let tasks = rows.div_ceil(n).div_ceil(if cl == 4 { 2 } else { 1 }) * pairs.div_ceil(cl.min(2)) * splits;
         let grid =
             if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
         let cfg = LaunchConfig {

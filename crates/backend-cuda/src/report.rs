@@ -120,6 +120,13 @@ impl CudaBackend {
         self.tma.cluster_prefill.store(on && self.tma.cluster_launch, Ordering::Relaxed);
     }
 
+    /// Runs prefill launches of two row tiles or more in clusters of four (on: two row tiles by
+    /// two feature tiles, x and the weight tile each shared by a pair) instead of two (off, the
+    /// default): the same bits. `PLUMB_CUDA_TMA_CLUSTER_PREFILL=4` sets it at start.
+    pub fn set_tma_cluster_four(&self, on: bool) {
+        self.tma.cluster_four.store(on && self.tma.cluster_launch, Ordering::Relaxed);
+    }
+
     /// Runs tensor-core gate|up and the SwiGLU as one TMA launch where its tasks keep whole K
     /// (on, the default) or as the two products and `silu_mul` (off): the same bits.
     pub fn set_tma_glu(&self, on: bool) {
@@ -169,7 +176,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 31] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 32] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -192,6 +199,7 @@ impl CudaBackend {
             ("norm_inside_decode_tma_products", self.tma_norm.load(Ordering::Relaxed)),
             ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
             ("linear_tma_cluster_prefill", self.tma.cluster_prefill.load(Ordering::Relaxed)),
+            ("linear_tma_cluster_of_four_prefill", self.tma.cluster_four.load(Ordering::Relaxed)),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),

@@ -58,7 +58,7 @@ pub(crate) fn tma_name(n: usize, ft: usize, kc: usize) -> String {
 /// `tma_name` of the instance whose CTAs run in clusters of `cl` (`_c2`: x shared by a pair).
 pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
     let f = if ft == 64 { "_f64" } else { "" };
-    let c = if cl == 2 { "_c2" } else { "" };
+    let c = if cl > 1 { format!("_c{cl}") } else { String::new() };
     format!("linear_tma_bf16_n{n}{f}{c}{}", kc_suffix(kc))
 }
 
@@ -73,7 +73,7 @@ fn kc_suffix(kc: usize) -> &'static str {
 /// staged interleaved by 8 (`_gli`, `bf16_pair_map`), in clusters of `cl` CTAs sharing x (`_c2`).
 pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) -> String {
     let g = if interleaved { "_gli" } else { "_glu" };
-    let c = if cl == 2 { "_c2" } else { "" };
+    let c = if cl > 1 { format!("_c{cl}") } else { String::new() };
     format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
 }
 
@@ -126,7 +126,7 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
     let rest = rest.strip_suffix("_norm").unwrap_or(rest);
-    let rest = rest.strip_suffix("_c2").unwrap_or(rest);
+    let rest = rest.strip_suffix("_c2").or_else(|| rest.strip_suffix("_c4")).unwrap_or(rest);
     let rest = rest.strip_suffix("_glu").or_else(|| rest.strip_suffix("_gli")).unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
@@ -173,6 +173,10 @@ pub(crate) struct TmaPlan {
     /// copies x once instead of twice. On an H100 the 8B's pp2048 went from 27,300-27,400 to
     /// 30,300-30,600 tokens/s, its gate|up at 2,048 rows from 941 to 743 µs (session 33).
     pub(crate) cluster_prefill: AtomicBool,
+    /// Whether prefill launches of two row tiles or more run in clusters of four instead, two
+    /// row tiles by two feature tiles, x shared by each feature pair and the weight tile by each
+    /// row pair (`PLUMB_CUDA_TMA_CLUSTER_PREFILL=4`; the `_c4` instances). The same bits.
+    pub(crate) cluster_four: AtomicBool,
 }
 
 impl TmaPlan {
@@ -209,6 +213,9 @@ impl TmaPlan {
             cluster: AtomicBool::new(cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER").is_ok_and(|v| v == "1")),
             cluster_prefill: AtomicBool::new(
                 cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER_PREFILL").map_or(true, |v| v != "0"),
+            ),
+            cluster_four: AtomicBool::new(
+                cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER_PREFILL").is_ok_and(|v| v == "4"),
             ),
         })
     }
@@ -264,6 +271,7 @@ pub(crate) fn bf16_pair_map(
     k: usize,
     rows: usize,
     row_bytes: usize,
+    groups: u32,
 ) -> Option<(sys::CUtensorMap, bool)> {
     let (first, apart) = (gate.min(up), gate.abs_diff(up));
     if apart == 0 || !apart.is_multiple_of(16) || !rows.is_multiple_of(8) || !row_bytes.is_multiple_of(16) {
@@ -271,7 +279,7 @@ pub(crate) fn bf16_pair_map(
     }
     let dims = [k as u64, 8, 2, (rows / 8) as u64];
     let strides = [row_bytes as u64, apart, 8 * row_bytes as u64];
-    encode_bf16_map(first, &dims, &strides, &[64, 8, 2, 8]).ok().map(|m| (m, up < gate))
+    encode_bf16_map(first, &dims, &strides, &[64, 8, 2, groups]).ok().map(|m| (m, up < gate))
 }
 
 /// `cuTensorMapEncodeTiled` of bf16 elements at `ptr`: dims innermost first, the byte strides of
@@ -333,6 +341,9 @@ mod tests {
             assert_eq!(super::tma_cluster(false, true, n, ft, splits), 1);
         }
         assert_eq!(super::tma_name_glu(192, 1024, true, 2), "linear_tma_bf16_n192_gli_c2_k1024");
+        assert_eq!(super::tma_name_glu(128, 256, true, 4), "linear_tma_bf16_n128_gli_c4");
+        assert_eq!(super::tma_name_cl(192, 128, 1024, 4), "linear_tma_bf16_n192_c4_k1024");
+        assert_eq!(tma_smem_of("linear_tma_bf16_n192_c4_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_c2_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);

@@ -102,6 +102,17 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaMap* map
         : "memory");
 }
 
+// The box at (c0, c1, c2, c3) of a rank-4 `map` into shared memory at `dst` of every CTA of the
+// cluster in `mask`, completing its bytes on each one's barrier at `bar`.
+__device__ __forceinline__ void tma_load_4d_multicast(u32 dst, const TmaMap* map, int c0, int c1, int c2, int c3,
+                                                      u32 bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+        "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+        : "memory");
+}
+
 // An arrival on the barrier at `bar` of CTA `cta` of this cluster. Default semantics (release at
 // CTA scope), as CUTLASS's cluster barrier arrives: what it releases are this warp's reads of the
 // stage, complete at the wgmma wait before it. `.release.cluster` compiled to MEMBAR.ALL.GPU before
@@ -217,9 +228,14 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // CL: CTAs of a cluster (1 or 2). Two take a pair of feature tiles of the same rows and K, in
     // lockstep, and each copies half of the rows of x to both (`multicast`): x crosses from L2 once
     // a pair instead of once a tile. Only where bytes land: the same arithmetic, the same bits.
-    static_assert(CL == 1 || CL == 2, "clusters of one or two CTAs");
-    constexpr int X_ROWS = N / CL;  // rows of x this CTA copies each stage (to every CTA of the cluster)
-    const int rank = CL == 2 ? (int)(blockIdx.x % 2) : 0;
+    // Four (`_c4`): two row tiles by two feature tiles; each CTA copies half the rows of x to its
+    // feature-pair peer and itself, and half the weight tile's rows to its row-pair peer and
+    // itself.
+    static_assert(CL == 1 || CL == 2 || CL == 4, "clusters of one, two or four CTAs");
+    static_assert(CL != 4 || (FT == 128 && GLU != GLU_EXCHANGE && !NRM), "clusters of four: 128 features, whole tiles");
+    constexpr int X_ROWS = CL == 1 ? N : N / 2;  // rows of x this CTA copies each stage
+    constexpr int RG = CL == 4 ? 2 : 1, FG = CL == 1 ? 1 : 2;  // row tiles, feature tiles a cluster
+    const int rank = CL > 1 ? (int)(blockIdx.x % CL) : 0, fr = CL == 4 ? rank % 2 : rank, rr = CL == 4 ? rank / 2 : 0;
     extern __shared__ __align__(128) u8 smem[];
     __shared__ __align__(8) u64 bars[2 * STAGES];
     __shared__ int is_last;
@@ -240,7 +256,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int all_tiles =
         GLU ? (n0 + 63) / 64 : (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
     // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
-    const int tasks = row_tiles * splits * ((all_tiles + CL - 1) / CL);
+    const int row_groups = RG == 1 ? row_tiles : (row_tiles + RG - 1) / RG;
+    const int tasks = row_groups * splits * ((all_tiles + FG - 1) / FG);
     const bool split = splits > 1;
     // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
     // chunks of one split, FT features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
@@ -250,11 +267,12 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // stores nothing.
     const int first = (int)blockIdx.x / CL, stride = (int)gridDim.x / CL;
     auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft, bool& own) {
-        r0 = (t % row_tiles) * N;
-        const int rest = t / row_tiles;
+        // Of four: past the rows for the second of an odd count (zeros copied, nothing stored).
+        r0 = RG == 1 ? (t % row_groups) * N : ((t % row_groups) * RG + rr) * N;
+        const int rest = t / row_groups;
         c_lo = (rest % splits) * chunks_per_split;
         c_hi = min(num_chunks, c_lo + chunks_per_split);
-        ft = CL * (rest / splits) + rank;
+        ft = FG * (rest / splits) + fr;
         own = ft < all_tiles;
         ft = min(ft, all_tiles - 1);
     };
@@ -267,7 +285,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if constexpr (CL == 2) cluster_sync();  // the peer's barriers exist before any copy lands there
+    if constexpr (CL > 1) cluster_sync();  // the peers' barriers exist before any copy lands there
 
     // Stage s of feature tile ft's weight rows into dst: one box of FT rows of its weight, or
     // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up, or (GLU_IL) for
@@ -275,10 +293,15 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // them (each 8 rows one 1,024-byte swizzle atom: the layout one box of 64 rows would give),
     // all in one box of the rank-4 pair map.
     auto load_w = [&](u32 dst, int s, int ft, u32 full) {
+        // Clusters of four: this CTA's half of the tile's rows, into itself and its row-pair peer.
+        const unsigned short wmask = (unsigned short)((1u << fr) | (1u << (fr + 2)));
         if constexpr (GLU == GLU_IL) {
             // One box of the pair map (tma::bf16_pair_map): groups ft * 8 .. ft * 8 + 7 of 8
-            // features, each gate's 8 rows then up's.
-            tma_load_4d(dst, &wmap0, s * WG_KS, 0, 0, ft * 8, full);
+            // features, each gate's 8 rows then up's (of four: groups 4 rr .. 4 rr + 3).
+            if constexpr (CL == 4)
+                tma_load_4d_multicast(dst + rr * (W_BYTES / 2), &wmap0, s * WG_KS, 0, 0, ft * 8 + rr * 4, full, wmask);
+            else
+                tma_load_4d(dst, &wmap0, s * WG_KS, 0, 0, ft * 8, full);
             return;
         }
         if constexpr (GLU == GLU_EXCHANGE) {
@@ -287,7 +310,11 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             return;
         }
         const Seg sg = seg_of(ft, FT, n0, n1);
-        tma_load_2d(dst, pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS, sg.u * FT, full);
+        if constexpr (CL == 4)
+            tma_load_2d_multicast(dst + rr * (W_BYTES / 2), pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS,
+                                  sg.u * FT + rr * (FT / 2), full, wmask);
+        else
+            tma_load_2d(dst, pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS, sg.u * FT, full);
     };
     if (threadIdx.x >= 256) {
         if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -319,9 +346,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                         mbar_expect_tx(full, TX);
                         load_w(dst, s, ft, full);
                     }
-                    if constexpr (CL == 2) {
-                        tma_load_2d_multicast(dst + W_BYTES + rank * X_ROWS * 128, &xmap, s * WG_KS,
-                                              r0 + rank * X_ROWS, full, 0x3);
+                    if constexpr (CL > 1) {
+                        tma_load_2d_multicast(dst + W_BYTES + fr * X_ROWS * 128, &xmap, s * WG_KS,
+                                              r0 + fr * X_ROWS, full, CL == 4 ? (unsigned short)(0x3u << (2 * rr)) : 0x3);
                     } else if constexpr (!NRM) {
                         tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
                     }
@@ -330,7 +357,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         } else {
             PDL_WAIT();
         }
-        if constexpr (CL == 2) cluster_sync();  // no CTA leaves while its peer may still reach it
+        if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may still reach it
         return;
     }
     if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -347,6 +374,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     auto release = [&](int b) {
         mbar_arrive(empty0 + 8 * b);
         if constexpr (CL == 2) mbar_arrive_cluster(empty0 + 8 * b, rank ^ 1);
+        if constexpr (CL == 4)
+            for (int r = 0; r < CL; r++)
+                if (r != rank) mbar_arrive_cluster(empty0 + 8 * b, r);
     };
     for (int t = first; t < tasks; t += stride) {
         int r0, c_lo, c_hi, ft;
@@ -492,7 +522,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         }
         if (threadIdx.x == 0) counters[ft] = 0;
     }
-    if constexpr (CL == 2) cluster_sync();
+    if constexpr (CL > 1) cluster_sync();
 #endif
 }
 
@@ -525,7 +555,9 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     LINEAR_TMA_G(N, 128, 4, 1, GLU_IL, false, NAME##_gli, BLOCKS)          \
     LINEAR_TMA_G(N, 128, 16, 1, GLU_IL, false, NAME##_gli_k1024, BLOCKS)   \
     LINEAR_TMA_G(N, 128, 4, 2, GLU_IL, false, NAME##_gli_c2, BLOCKS)       \
-    LINEAR_TMA_G(N, 128, 16, 2, GLU_IL, false, NAME##_gli_c2_k1024, BLOCKS)
+    LINEAR_TMA_G(N, 128, 16, 2, GLU_IL, false, NAME##_gli_c2_k1024, BLOCKS)   \
+    LINEAR_TMA_G(N, 128, 4, 4, GLU_IL, false, NAME##_gli_c4, BLOCKS)       \
+    LINEAR_TMA_G(N, 128, 16, 4, GLU_IL, false, NAME##_gli_c4_k1024, BLOCKS)
 // The norm inside (`_norm`, NRM), of the products alone and of gate|up with the SwiGLU: decode rows.
 #define LINEAR_TMA_NORM(N, NAME, BLOCKS)                                  \
     LINEAR_TMA_G(N, 128, 4, 1, GLU_NONE, true, NAME##_norm, BLOCKS)             \
@@ -549,6 +581,11 @@ LINEAR_TMA_CL(128, 128, 4, 2, n128_c2, 1)
 LINEAR_TMA_CL(128, 128, 16, 2, n128_c2_k1024, 1)
 LINEAR_TMA_CL(192, 128, 4, 2, n192_c2, 1)
 LINEAR_TMA_CL(192, 128, 16, 2, n192_c2_k1024, 1)
+// Two row tiles by two feature tiles a cluster of four (`PLUMB_CUDA_TMA_CLUSTER_PREFILL=4`).
+LINEAR_TMA_CL(128, 128, 4, 4, n128_c4, 1)
+LINEAR_TMA_CL(128, 128, 16, 4, n128_c4_k1024, 1)
+LINEAR_TMA_CL(192, 128, 4, 4, n192_c4, 1)
+LINEAR_TMA_CL(192, 128, 16, 4, n192_c4_k1024, 1)
 LINEAR_TMA_GLU(8, n8, 2)
 LINEAR_TMA_GLU(16, n16, 2)
 LINEAR_TMA_GLU(32, n32, 2)
