@@ -10,7 +10,7 @@ use crate::launch::Launch;
 use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
 use crate::pool::DeviceBuf;
 use crate::tma::{
-    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_cluster,
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, cluster_tiles,
     tma_name_cl, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
@@ -93,16 +93,8 @@ impl CudaBackend {
         };
         let splits = num_chunks.div_ceil(per_split);
         let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
-        // Clusters of two CTAs share x (each copies half its rows to both): `tma_cluster`.
-        let cl = tma_cluster(
-            self.tma.cluster.load(Ordering::Relaxed),
-            self.tma.cluster_prefill.load(Ordering::Relaxed),
-            n,
-            ft,
-            splits,
-        );
-        // Clusters of four (two row tiles by two feature tiles) where asked and two row tiles exist.
-        let cl = if cl == 2 && n >= 128 && rows > n && self.tma.cluster_four.load(Ordering::Relaxed) { 4 } else { cl };
+        // Clusters of CTAs sharing x (and of four the weight tile too): `tma_cluster`.
+        let cl = self.tma.cluster_of(rows, n, ft, splits);
         TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl }
     }
 
@@ -128,7 +120,7 @@ impl CudaBackend {
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
         // In clusters of four each CTA of a row pair copies half a weight tile's rows, and of a
         // feature pair half of x's.
-        let (rg, fg) = (if cl == 4 { 2 } else { 1 }, cl.min(2));
+        let (rg, fg) = cluster_tiles(cl);
         let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft / rg)).collect();
         // The norm inside reads x itself: no rounded copy, and a map of x never read (weight 0's).
         assert!(norm.is_none() || (n, ft, cl) == (TMA_NORM_ROWS, 128, 1), "linear_tma: the norm inside at decode rows");
@@ -141,8 +133,7 @@ impl CudaBackend {
             }
         };
         let tasks = rows.div_ceil(n).div_ceil(rg) * tiles.div_ceil(fg) * splits;
-        let grid =
-            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
+        let grid = self.tma.cluster_grid(i, ft, tasks, cl);
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
@@ -256,15 +247,15 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n / cl.min(2))
+                bf16_tile_map(input, cols, rows, cols * 2, n / cluster_tiles(cl).1)
             }
         };
         // A task is a pair of 64-feature tiles, one of gate and one of up (in clusters of two, a
         // task is two such pairs, one a CTA).
         let pairs = n0.div_ceil(64);
-        let tasks = rows.div_ceil(n).div_ceil(if cl == 4 { 2 } else { 1 }) * pairs.div_ceil(cl.min(2)) * splits;
-        let grid =
-            if cl == 1 { self.tma.grid(i, ft, tasks) } else { cl * tasks.min(self.tma.grid(i, ft, tasks * cl) / cl) };
+        let (rg, fg) = cluster_tiles(cl);
+        let tasks = rows.div_ceil(n).div_ceil(rg) * pairs.div_ceil(fg) * splits;
+        let grid = self.tma.cluster_grid(i, ft, tasks, cl);
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),

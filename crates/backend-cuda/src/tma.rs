@@ -10,7 +10,7 @@
 use crate::{CudaError, driver};
 use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
 /// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
@@ -77,12 +77,30 @@ pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) ->
     format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
 }
 
-/// Whether a TMA `linear` launch of `n` rows, `ft` features a task and `splits` splits of K runs
-/// its CTAs in clusters of two sharing x (the `_c2` instances: 128 features, whole K), `decode`
-/// the switch of 64-row launches and `prefill` that of 128- and 192-row ones.
-pub(crate) fn tma_cluster(decode: bool, prefill: bool, n: usize, ft: usize, splits: usize) -> usize {
+/// The CTAs a cluster of a TMA `linear` launch of `rows` rows on the instance of `n`, with `ft`
+/// features a task and `splits` splits of K: 2 sharing x (the `_c2` instances: 128 features,
+/// whole K), `decode` the switch of 64-row launches and `prefill` that of 128- and 192-row ones;
+/// 4 (`_c4`: two row tiles by two feature tiles) under `four` where prefill has two row tiles.
+pub(crate) fn tma_cluster(
+    decode: bool,
+    prefill: bool,
+    four: bool,
+    rows: usize,
+    n: usize,
+    ft: usize,
+    splits: usize,
+) -> usize {
     let on = if n == 64 { decode } else { prefill && n >= 128 };
-    if on && ft == 128 && splits == 1 { 2 } else { 1 }
+    match on && ft == 128 && splits == 1 {
+        false => 1,
+        true if four && n >= 128 && rows > n => 4,
+        true => 2,
+    }
+}
+
+/// The row tiles and feature tiles one cluster of `cl` CTAs takes together.
+pub(crate) fn cluster_tiles(cl: usize) -> (usize, usize) {
+    (if cl == 4 { 2 } else { 1 }, cl.min(2))
 }
 
 /// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
@@ -158,7 +176,7 @@ pub(crate) struct TmaPlan {
     pub(crate) max_rows: usize,
     pub(crate) splits: Option<usize>,
     /// Whether the device launches clusters (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`; the CPU
-    /// emulator does not): without them both switches below stay off.
+    /// emulator did not): without them the cluster switches below stay off.
     pub(crate) cluster_launch: bool,
     /// Whether 64-row whole-K launches run in clusters of two sharing x (`tma_cluster`): off
     /// unless `PLUMB_CUDA_TMA_CLUSTER=1` (the same bits). On the H200 the 8B's gate|up at 64 rows
@@ -240,6 +258,18 @@ impl TmaPlan {
     pub(crate) fn grid(&self, i: usize, ft: usize, tasks: usize) -> usize {
         let slots = if ft == 64 { self.slots_narrow[i] } else { self.slots[i] };
         if self.persistent { tasks.min(slots) } else { tasks }
+    }
+
+    /// `tma_cluster` under this plan's switches.
+    pub(crate) fn cluster_of(&self, rows: usize, n: usize, ft: usize, splits: usize) -> usize {
+        let on = |b: &AtomicBool| b.load(Ordering::Relaxed);
+        tma_cluster(on(&self.cluster), on(&self.cluster_prefill), on(&self.cluster_four), rows, n, ft, splits)
+    }
+
+    /// The grid of `tasks` cluster tasks in clusters of `cl` CTAs: `grid` of their CTAs, whole
+    /// clusters.
+    pub(crate) fn cluster_grid(&self, i: usize, ft: usize, tasks: usize, cl: usize) -> usize {
+        if cl == 1 { self.grid(i, ft, tasks) } else { cl * tasks.min(self.grid(i, ft, tasks * cl) / cl) }
     }
 }
 
@@ -331,14 +361,20 @@ mod tests {
         assert_eq!(tma_smem_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         // Clusters share x only where a launch is whole-K 128-feature tasks of 64 rows (the
         // decode switch) or of 128 and 192 rows (the prefill one).
-        assert_eq!(super::tma_cluster(true, false, 64, 128, 1), 2);
-        assert_eq!(super::tma_cluster(false, true, 192, 128, 1), 2);
-        assert_eq!(super::tma_cluster(false, true, 128, 128, 1), 2);
+        assert_eq!(super::tma_cluster(true, false, false, 64, 64, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, false, 2048, 192, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, false, 2048, 128, 128, 1), 2);
+        // Of four only with two row tiles or more, and never at 64 rows.
+        assert_eq!(super::tma_cluster(false, true, true, 2048, 192, 128, 1), 4);
+        assert_eq!(super::tma_cluster(false, true, true, 192, 192, 128, 1), 2);
+        assert_eq!(super::tma_cluster(true, false, true, 64, 64, 128, 1), 2);
+        assert_eq!(super::cluster_tiles(4), (2, 2));
+        assert_eq!(super::cluster_tiles(2), (1, 2));
         for (on, n, ft, splits) in [(false, 64, 128, 1), (true, 32, 128, 1), (true, 64, 64, 1), (true, 64, 128, 2)] {
-            assert_eq!(super::tma_cluster(on, false, n, ft, splits), 1);
+            assert_eq!(super::tma_cluster(on, false, false, n, n, ft, splits), 1);
         }
         for (n, ft, splits) in [(64, 128, 1), (32, 128, 1), (192, 64, 1), (128, 128, 2)] {
-            assert_eq!(super::tma_cluster(false, true, n, ft, splits), 1);
+            assert_eq!(super::tma_cluster(false, true, true, 4 * n, n, ft, splits), 1);
         }
         assert_eq!(super::tma_name_glu(192, 1024, true, 2), "linear_tma_bf16_n192_gli_c2_k1024");
         assert_eq!(super::tma_name_glu(128, 256, true, 4), "linear_tma_bf16_n128_gli_c4");
