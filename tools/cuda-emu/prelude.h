@@ -449,6 +449,16 @@ inline void mbar_complete_tx(unsigned cta, unsigned a, unsigned bytes) {
     m.tx -= (int)bytes;
     mbar_put(cta, a, m);
 }
+// mapa.shared::cluster of a data and a barrier address, then
+// st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32: four words into rank `cta`'s shared
+// memory at the same offset as `a` in this block, completing 16 bytes on its barrier at `bar`.
+inline void st_async_v4(unsigned a, unsigned cta, unsigned bar, unsigned w0, unsigned w1, unsigned w2, unsigned w3) {
+    if (cta >= g.cluster) fail("mapa: a rank past the cluster's");
+    if (a % 16 != 0) fail("st.async.v4: an address that is not 16-byte aligned");
+    const unsigned w[4] = {w0, w1, w2, w3};
+    memcpy(smem_at(cta, a), w, sizeof w);
+    mbar_complete_tx(cta, bar, sizeof w);
+}
 inline bool mbar_phase_done(unsigned cta, unsigned a, unsigned parity) {
     return (mbar_get(cta, a).lo >> 31) != (parity & 1u);
 }

@@ -184,6 +184,16 @@ def model_hopper(t, tight, outs, ins):
                  r"mbarrier\.arrive\.shared::cluster\.b64 _,\[\1\]; \}$", tight)
     if m:
         return f"emu::mbar_arrive_remote({operand(ops, m.group(2))}, (unsigned){operand(ops, m.group(3))})"
+    # Four words into another rank's shared memory, completing their bytes on its barrier.
+    m = re.match(r"\{ \.reg \.b32 (\w+),(\w+); mapa\.shared::cluster\.u32 \1,(%\d+),(%\d+|\d+); "
+                 r"mapa\.shared::cluster\.u32 \2,(%\d+),\4; "
+                 r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes\.v4\.b32 \[\1\],"
+                 r"\{(%\d+),(%\d+),(%\d+),(%\d+)\},\[\2\]; \}$", tight)
+    if m:
+        _, _, addr, cta, bar, w0, w1, w2, w3 = m.groups()
+        ws = ", ".join(f"(unsigned){operand(ops, x)}" for x in (w0, w1, w2, w3))
+        return (f"emu::st_async_v4({operand(ops, addr)}, (unsigned){operand(ops, cta)}, "
+                f"{operand(ops, bar)}, {ws})")
     if re.match(r"barrier\.cluster\.arrive(\.release)?; barrier\.cluster\.wait(\.acquire)?;$", t):
         return "emu::cluster_barrier()"
     m = re.match(r"\{ \.reg \.pred (\w+); setp\.ne\.b32 \1,(%\d+|\d+),0; "

@@ -10,7 +10,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 
 /// The kernel sources, concatenated into one module (dequantization first: the others use it).
-pub const SOURCE: [&str; 15] = [
+pub const SOURCE: [&str; 17] = [
     include_str!("kernels/dequant.cu"),
     include_str!("kernels/kv_store.cu"),
     include_str!("kernels/linear.cu"),
@@ -20,7 +20,9 @@ pub const SOURCE: [&str; 15] = [
     include_str!("kernels/linear_wgmma.cu"),
     include_str!("kernels/linear_tma_norm.cu"),
     include_str!("kernels/linear_tma_fold.cu"),
+    include_str!("kernels/linear_tma_sync.cu"),
     include_str!("kernels/linear_tma.cu"),
+    include_str!("kernels/linear_tma_instances.cu"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/attention.cu"),
     include_str!("kernels/attention_mma.cu"),

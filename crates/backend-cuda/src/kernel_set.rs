@@ -115,10 +115,6 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n128_c2_k1024",
         "linear_tma_bf16_n192_c2",
         "linear_tma_bf16_n192_c2_k1024",
-        "linear_tma_bf16_n128_c4",
-        "linear_tma_bf16_n128_c4_k1024",
-        "linear_tma_bf16_n192_c4",
-        "linear_tma_bf16_n192_c4_k1024",
         "linear_tma_bf16_n16_f64",
         "linear_tma_bf16_n16_f64_k1024",
         "linear_tma_bf16_n32_f64",
@@ -141,10 +137,6 @@ pub(crate) fn kernel_names() -> Vec<String> {
         "linear_tma_bf16_n128_gli_c2_k1024",
         "linear_tma_bf16_n192_gli_c2",
         "linear_tma_bf16_n192_gli_c2_k1024",
-        "linear_tma_bf16_n128_gli_c4",
-        "linear_tma_bf16_n128_gli_c4_k1024",
-        "linear_tma_bf16_n192_gli_c4",
-        "linear_tma_bf16_n192_gli_c4_k1024",
         "linear_tma_bf16_n8_norm",
         "linear_tma_bf16_n8_norm_k1024",
         "linear_tma_bf16_n8_glu_norm",
@@ -163,6 +155,16 @@ pub(crate) fn kernel_names() -> Vec<String> {
     ]
     .map(String::from)
     .into();
+    // The K splits over a cluster (kernels/linear_tma_instances.cu, `LINEAR_TMA_KS`).
+    for n in [8, 16, 32, 64] {
+        for ks in crate::tma::TMA_KS {
+            for glu in [false, true] {
+                for kc in [256, 1024] {
+                    names.push(crate::tma::tma_name_ks(n, kc, ks, glu));
+                }
+            }
+        }
+    }
     for head_dim in (32..=attention_plan::MAX_HEAD_DIM).step_by(32) {
         for store in KV_STORES {
             names.push(format!("attention_{head_dim}_{}", store.name()));

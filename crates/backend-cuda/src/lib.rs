@@ -220,6 +220,8 @@ pub struct CudaBackend {
     pub(crate) tma_gli_launches: std::sync::atomic::AtomicU64,
     /// TMA `linear` launches in clusters of two so far (`tma_cluster_launches`, for tests).
     pub(crate) tma_cluster_launches: std::sync::atomic::AtomicU64,
+    /// TMA `linear` launches whose K split over a cluster so far (`tma_ks_launches`, for tests).
+    pub(crate) tma_ks_launches: std::sync::atomic::AtomicU64,
     /// Whether an RMSNorm runs inside the TMA products of decode rows that read it (the `_norm`
     /// instances, `ops_fused::tma_norm_fuses`): off unless `PLUMB_CUDA_TMA_NORM=1` or
     /// [`CudaBackend::set_tma_norm`] (the same bits either way). On the H100 one request's 8B
@@ -419,6 +421,7 @@ impl CudaBackend {
             tma_gli: AtomicBool::new(std::env::var("PLUMB_CUDA_TMA_GLI").ok().is_none_or(|v| v != "0")),
             tma_gli_launches: 0.into(),
             tma_cluster_launches: 0.into(),
+            tma_ks_launches: 0.into(),
             attention_wgmma: AtomicBool::new(std::env::var("PLUMB_CUDA_ATT_WGMMA").ok().is_none_or(|v| v != "0")),
             attention_wgmma_launches: 0.into(),
             tma_norm_launches: 0.into(),

@@ -10,8 +10,8 @@ use crate::launch::Launch;
 use crate::linear_plan::{FOLD_SHORT_KC, TMA_FOLD_IN_KERNEL_ROWS, decode_split, keeps_whole_k};
 use crate::pool::DeviceBuf;
 use crate::tma::{
-    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, cluster_tiles,
-    tma_name_cl, tma_name_glu, tma_name_norm, tma_smem, tma_threads,
+    TMA_GLU_MAX_ROWS, TMA_GLU_XCH_BYTES, TMA_NORM_ROWS, TMA_ROWS, bf16_pair_map, bf16_tile_map, tma_name_cl,
+    tma_name_glu, tma_name_ks, tma_name_norm, tma_smem, tma_smem_ks, tma_threads,
 };
 use crate::{CudaBackend, CudaTensor, CudaWeight, grid_1d};
 use cudarc::driver::LaunchConfig;
@@ -19,7 +19,8 @@ use std::sync::atomic::Ordering;
 
 /// How a TMA launch of `rows` rows over weights of `tiles_128` 128-feature tiles and K = `cols`
 /// runs: the instance (`i` into `TMA_ROWS`, its `n` rows), the fold chunk `kc` and its
-/// `num_chunks`, chunks a split and splits, features a task and CTAs a cluster.
+/// `num_chunks`, chunks a split and splits, features a task, CTAs a cluster sharing x (`cl`) and
+/// CTAs a cluster splitting each task's K (`ks`: the `_s2` / `_s4` instances; then `splits` is 1).
 pub(crate) struct TmaCall {
     pub i: usize,
     pub n: usize,
@@ -29,6 +30,7 @@ pub(crate) struct TmaCall {
     pub splits: usize,
     pub ft: usize,
     pub cl: usize,
+    pub ks: usize,
 }
 
 /// The TMA kernels' arguments after their four tensor maps, in the kernels' order
@@ -73,9 +75,11 @@ impl TmaArgs {
 }
 
 impl CudaBackend {
-    /// The plan of a TMA launch (`TmaCall`). A free choice: the fold is the same with any split,
-    /// and many rows keep whole K a block.
-    pub(crate) fn tma_call(&self, rows: usize, tiles_128: usize, cols: usize) -> TmaCall {
+    /// The plan of a TMA launch (`TmaCall`) of the products alone or gate|up with the SwiGLU
+    /// (`glu`); `ks_ok`: whether its instance may split K over a cluster (not with the norm
+    /// inside). A free choice: the fold is the same with any split, and many rows keep whole K a
+    /// block.
+    pub(crate) fn tma_call(&self, rows: usize, tiles_128: usize, cols: usize, glu: bool, ks_ok: bool) -> TmaCall {
         let i = self.tma.kernel(rows, tiles_128).0;
         let n = TMA_ROWS[i];
         let kc = self.fold_chunk(cols);
@@ -91,11 +95,16 @@ impl CudaBackend {
         } else {
             num_chunks
         };
+        // K split over a cluster's CTAs, folded in its first: whole K a cluster, 128 features.
+        let ks = if ks_ok { self.tma.ksplit_of(rows, i, num_chunks, num_chunks.div_ceil(per_split), glu) } else { 1 };
+        if ks > 1 {
+            return TmaCall { i, n, kc, num_chunks, per_split: num_chunks, splits: 1, ft: 128, cl: 1, ks };
+        }
         let splits = num_chunks.div_ceil(per_split);
         let ft = if splits == 1 { self.tma.feature_tile(i, rows.div_ceil(n), tiles_128) } else { 128 };
-        // Clusters of CTAs sharing x (and of four the weight tile too): `tma_cluster`.
-        let cl = self.tma.cluster_of(rows, n, ft, splits);
-        TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl }
+        // Clusters of CTAs sharing x: `tma_cluster`.
+        let cl = self.tma.cluster_of(n, ft, splits);
+        TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl, ks }
     }
 
     /// `linear` of up to three weights of one input on the TMA kernels, `rounded` the input as
@@ -114,14 +123,12 @@ impl CudaBackend {
         let rows = x.padded_rows;
         let tiles_128: usize = ws.iter().map(|w| w.rows.div_ceil(128)).sum();
         let cols = ws[0].cols;
-        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } = self.tma_call(rows, tiles_128, cols);
+        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl, ks } =
+            self.tma_call(rows, tiles_128, cols, false, norm.is_none());
         let features: usize = ws.iter().map(|w| w.rows).sum();
         let tiles: usize = ws.iter().map(|w| w.rows.div_ceil(ft)).sum();
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * features * 4));
-        // In clusters of four each CTA of a row pair copies half a weight tile's rows, and of a
-        // feature pair half of x's.
-        let (rg, fg) = cluster_tiles(cl);
-        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft / rg)).collect();
+        let wmaps: Vec<_> = ws.iter().map(|w| bf16_tile_map(w.ptr, w.cols, w.rows, w.row_bytes, ft)).collect();
         // The norm inside reads x itself: no rounded copy, and a map of x never read (weight 0's).
         assert!(norm.is_none() || (n, ft, cl) == (TMA_NORM_ROWS, 128, 1), "linear_tma: the norm inside at decode rows");
         let xmap = match norm {
@@ -129,15 +136,18 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n / fg)
+                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
             }
         };
-        let tasks = rows.div_ceil(n).div_ceil(rg) * tiles.div_ceil(fg) * splits;
-        let grid = self.tma.cluster_grid(i, ft, tasks, cl);
+        let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
+        let (grid, smem) = match ks {
+            1 => (self.tma.cluster_grid(i, ft, tasks, cl), tma_smem(n, ft)),
+            _ => (self.tma.ks_grid(i, tasks, ks), tma_smem_ks(n, ks, false)),
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: tma_smem(n, ft) as u32,
+            shared_mem_bytes: smem as u32,
         };
         // The last block of a tile folds a few rows' partials; more rows fold in a launch of
         // their own, every element in parallel.
@@ -155,10 +165,15 @@ impl CudaBackend {
         let outputs = |l: Launch| {
             l.ptr(outs[0].ptr()).ptr(o1).ptr(o2).i32(rows as i32).i32(ws[0].rows as i32).i32(n1 as i32).i32(n2 as i32)
         };
-        let name = if norm.is_some() { tma_name_norm(n, kc, false) } else { tma_name_cl(n, ft, kc, cl) };
+        let name = match (norm, ks) {
+            (Some(_), _) => tma_name_norm(n, kc, false),
+            (None, 1) => tma_name_cl(n, ft, kc, cl),
+            (None, _) => tma_name_ks(n, kc, ks, false),
+        };
         self.tma_cluster_launches.fetch_add((cl > 1) as u64, Ordering::Relaxed);
+        self.tma_ks_launches.fetch_add((ks > 1) as u64, Ordering::Relaxed);
         let l = Launch::new(self.kernel(&name), cfg)
-            .cluster(cl as u32)
+            .cluster((cl * ks) as u32)
             .tensor_map(&xmap)
             .tensor_map(&wmaps[0])
             .tensor_map(m1)
@@ -216,8 +231,8 @@ impl CudaBackend {
             return false;
         }
         let (cols, n0) = (gate.cols, gate.rows);
-        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl } =
-            self.tma_call(rows, 2 * n0.div_ceil(128), cols);
+        let TmaCall { i, n, kc, num_chunks, per_split, splits, ft, cl, ks } =
+            self.tma_call(rows, 2 * n0.div_ceil(128), cols, true, norm.is_none());
         // Clusters (x shared by a pair) only on the interleaved instances.
         if ft != 128 || (cl != 1 && !il) || (norm.is_some() && n != TMA_NORM_ROWS) {
             return false;
@@ -232,8 +247,7 @@ impl CudaBackend {
             if gate.row_bytes != up.row_bytes {
                 return false;
             }
-            let groups = if cl == 4 { 4 } else { 8 };
-            let Some((pair, up_first)) = bf16_pair_map(gate.ptr, up.ptr, cols, n0, gate.row_bytes, groups) else {
+            let Some((pair, up_first)) = bf16_pair_map(gate.ptr, up.ptr, cols, n0, gate.row_bytes) else {
                 return false;
             };
             (pair, pair, up_first)
@@ -247,19 +261,21 @@ impl CudaBackend {
             None => {
                 let own = rounded.is_none().then(|| self.rounded(x));
                 let input = own.as_ref().or(rounded).expect("rounded above").ptr;
-                bf16_tile_map(input, cols, rows, cols * 2, n / cluster_tiles(cl).1)
+                bf16_tile_map(input, cols, rows, cols * 2, n / cl)
             }
         };
         // A task is a pair of 64-feature tiles, one of gate and one of up (in clusters of two, a
         // task is two such pairs, one a CTA).
         let pairs = n0.div_ceil(64);
-        let (rg, fg) = cluster_tiles(cl);
-        let tasks = rows.div_ceil(n).div_ceil(rg) * pairs.div_ceil(fg) * splits;
-        let grid = self.tma.cluster_grid(i, ft, tasks, cl);
+        let tasks = rows.div_ceil(n) * pairs.div_ceil(cl) * splits;
+        let (grid, smem) = match ks {
+            1 => (self.tma.cluster_grid(i, ft, tasks, cl), tma_smem(n, ft) + if il { 0 } else { TMA_GLU_XCH_BYTES }),
+            _ => (self.tma.ks_grid(i, tasks, ks), tma_smem_ks(n, ks, true)),
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (tma_threads(n), 1, 1),
-            shared_mem_bytes: (tma_smem(n, ft) + if il { 0 } else { TMA_GLU_XCH_BYTES }) as u32,
+            shared_mem_bytes: smem as u32,
         };
         let part = (splits > 1).then(|| self.alloc(num_chunks * rows * 2 * n0 * 4));
         let fold_apart = part.is_some() && rows > TMA_FOLD_IN_KERNEL_ROWS;
@@ -269,12 +285,13 @@ impl CudaBackend {
         let xb = round.then(|| self.alloc(rows * n0 * 2));
         let xb_ptr = xb.as_ref().map_or(0, |b| b.ptr);
         let part_ptr = part.as_ref().map_or(0, |p| p.ptr);
-        let name = match norm {
-            Some(_) => tma_name_norm(n, kc, true),
-            None => tma_name_glu(n, kc, il, cl),
+        let name = match (norm, ks) {
+            (Some(_), _) => tma_name_norm(n, kc, true),
+            (None, 1) => tma_name_glu(n, kc, il, cl),
+            (None, _) => tma_name_ks(n, kc, ks, true),
         };
         let l = Launch::new(self.kernel(&name), cfg)
-            .cluster(cl as u32)
+            .cluster((cl * ks) as u32)
             .tensor_map(&xmap)
             .tensor_map(&gmap)
             .tensor_map(&umap)
@@ -306,6 +323,7 @@ impl CudaBackend {
         self.tma_glu_launches.fetch_add(1, Ordering::Relaxed);
         self.tma_gli_launches.fetch_add(il as u64, Ordering::Relaxed);
         self.tma_cluster_launches.fetch_add((cl > 1) as u64, Ordering::Relaxed);
+        self.tma_ks_launches.fetch_add((ks > 1) as u64, Ordering::Relaxed);
         self.tma_norm_launches.fetch_add(norm.is_some() as u64, Ordering::Relaxed);
         true
     }

@@ -120,13 +120,6 @@ impl CudaBackend {
         self.tma.cluster_prefill.store(on && self.tma.cluster_launch, Ordering::Relaxed);
     }
 
-    /// Runs prefill launches of two row tiles or more in clusters of four (on: two row tiles by
-    /// two feature tiles, x and the weight tile each shared by a pair) instead of two (off, the
-    /// default): the same bits. `PLUMB_CUDA_TMA_CLUSTER_PREFILL=4` sets it at start.
-    pub fn set_tma_cluster_four(&self, on: bool) {
-        self.tma.cluster_four.store(on && self.tma.cluster_launch, Ordering::Relaxed);
-    }
-
     /// Runs tensor-core gate|up and the SwiGLU as one TMA launch where its tasks keep whole K
     /// (on, the default) or as the two products and `silu_mul` (off): the same bits.
     pub fn set_tma_glu(&self, on: bool) {
@@ -165,6 +158,38 @@ impl CudaBackend {
         self.tma_cluster_launches.load(Ordering::Relaxed)
     }
 
+    /// Splits the K of TMA `linear` launches over clusters of CTAs (rank 0 folds the others'
+    /// chunk sums as they come): where the backend picks (None: `tma::ks_auto`), never (Some(0),
+    /// the default), or in clusters of `ks` (Some(2) or Some(4)) for every launch of up to 64
+    /// rows whose K has that many chunks: the same bits. `PLUMB_CUDA_TMA_KSPLIT` (auto, 0, 2, 4)
+    /// sets it at start.
+    ///
+    /// # Panics
+    /// If `ks` is neither 0 nor a split with instances (2, 4).
+    pub fn set_tma_ksplit(&self, ks: Option<usize>) {
+        let ks = match ks {
+            None => crate::tma::KS_AUTO,
+            Some(ks) => {
+                assert!(ks == 0 || crate::tma::TMA_KS.contains(&ks), "set_tma_ksplit: 0, 2 or 4, not {ks}");
+                ks
+            }
+        };
+        self.tma.ksplit.store(if self.tma.cluster_launch { ks } else { 0 }, Ordering::Relaxed);
+    }
+
+    /// The K split over clusters `set_tma_ksplit` set (None: the backend's pick).
+    pub fn tma_ksplit(&self) -> Option<usize> {
+        match self.tma.ksplit.load(Ordering::Relaxed) {
+            crate::tma::KS_AUTO => None,
+            ks => Some(ks),
+        }
+    }
+
+    /// TMA `linear` launches (plain or gate|up with the SwiGLU) whose K split over a cluster.
+    pub fn tma_ks_launches(&self) -> u64 {
+        self.tma_ks_launches.load(Ordering::Relaxed)
+    }
+
     pub fn graphs_enabled(&self) -> bool {
         self.graphs_enabled.load(Ordering::Relaxed)
     }
@@ -199,7 +224,7 @@ impl CudaBackend {
             ("norm_inside_decode_tma_products", self.tma_norm.load(Ordering::Relaxed)),
             ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
             ("linear_tma_cluster_prefill", self.tma.cluster_prefill.load(Ordering::Relaxed)),
-            ("linear_tma_cluster_of_four_prefill", self.tma.cluster_four.load(Ordering::Relaxed)),
+            ("linear_tma_ksplit_auto", self.tma.ksplit.load(Ordering::Relaxed) == crate::tma::KS_AUTO),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),

@@ -10,7 +10,7 @@
 use crate::{CudaError, driver};
 use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
 /// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
@@ -77,30 +77,76 @@ pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) ->
     format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
 }
 
-/// The CTAs a cluster of a TMA `linear` launch of `rows` rows on the instance of `n`, with `ft`
-/// features a task and `splits` splits of K: 2 sharing x (the `_c2` instances: 128 features,
-/// whole K), `decode` the switch of 64-row launches and `prefill` that of 128- and 192-row ones;
-/// 4 (`_c4`: two row tiles by two feature tiles) under `four` where prefill has two row tiles.
-pub(crate) fn tma_cluster(
-    decode: bool,
-    prefill: bool,
-    four: bool,
-    rows: usize,
-    n: usize,
-    ft: usize,
-    splits: usize,
-) -> usize {
-    let on = if n == 64 { decode } else { prefill && n >= 128 };
-    match on && ft == 128 && splits == 1 {
-        false => 1,
-        true if four && n >= 128 && rows > n => 4,
-        true => 2,
+/// The name of the instance of `n` rows (at most 64) whose clusters of `ks` CTAs split each
+/// task's K (`_s2`, `_s4`: rank r takes every ks-th chunk from r, rank 0 folds them in chunk
+/// order, `ks_fold_chunk` in kernels/linear_tma_sync.cu), of the products alone or of gate|up
+/// with the SwiGLU (`glu`), for a weight folded in chunks of `kc`.
+pub(crate) fn tma_name_ks(n: usize, kc: usize, ks: usize, glu: bool) -> String {
+    let g = if glu { "_glu" } else { "" };
+    format!("linear_tma_bf16_n{n}{g}_s{ks}{}", kc_suffix(kc))
+}
+
+/// The K splits over a cluster the instances exist for (`tma_name_ks`).
+pub(crate) const TMA_KS: [usize; 2] = [2, 4];
+
+/// `TmaPlan::ksplit`'s setting for `ks_auto`'s choice.
+pub(crate) const KS_AUTO: usize = 1;
+
+/// The K split over a cluster the backend picks for a plain product (not `glu`) of `rows` rows
+/// on the instance of `n` rows that would otherwise run `splits` splits: where those splits fold
+/// in a launch of their own (more than `TMA_FOLD_IN_KERNEL_ROWS` rows), 4 CTAs at 8 rows and 2 at
+/// 16 and 32; else none. Measured on an H100 (receipts/ab/session34, gemm_8b at the 8B's shapes,
+/// µs: main / split in 2 / in 4): at 8 rows q|k|v 25.4 / 22.6 / 22.3, o 13.5 / 14.1 / 12.0, down
+/// 49.6 / 48.4 / 46.6; at 16, q|k|v 26.3 / 23.7 / 24.3, down 50.3 / 48.9 / 50.2; at 32, down 57.0
+/// / 53.5 / 68.6. Lost everywhere else: at one row (the last block's fold is cheaper than a
+/// cluster's: o 10.1 / 13.3 / 11.8), at 64 rows (q|k|v 25.1 / 30.3 / 29.8, whole K on 64-feature
+/// tiles), and gate|up with the SwiGLU at any row count (8 rows 82.5 / 83.4 / 89.5).
+pub(crate) fn ks_auto(rows: usize, n: usize, splits: usize, glu: bool) -> usize {
+    if glu || splits < 2 || rows <= crate::linear_plan::TMA_FOLD_IN_KERNEL_ROWS {
+        return 1;
+    }
+    match n {
+        8 => 4,
+        16 | 32 => 2,
+        _ => 1,
     }
 }
 
-/// The row tiles and feature tiles one cluster of `cl` CTAs takes together.
-pub(crate) fn cluster_tiles(cl: usize) -> (usize, usize) {
-    (if cl == 4 { 2 } else { 1 }, cl.min(2))
+/// The shared memory past the stages of an instance of `n` rows whose clusters of `ks` CTAs
+/// split K: rank 0's slots for the others' sums of a round, 256 threads × n / 2 floats each
+/// (`ks_slot_bytes` in the kernel).
+pub(crate) fn ks_recv_bytes(n: usize, ks: usize) -> usize {
+    (ks - 1) * 256 * (n / 2) * 4
+}
+
+/// Stages of the K-split instances of `n` rows split in `ks` (`tma_stages_ks` in the kernel, the
+/// same table): as many as keep two blocks an SM with the slots and a GLU exchange, but for 32
+/// and 64 rows split in four, whose slots alone take 48 and 96 KB.
+pub(crate) fn tma_stages_ks(n: usize, ks: usize) -> usize {
+    match (n, ks) {
+        (8, _) | (16, 2) => 5,
+        (16, _) | (32, _) => 4,
+        (_, 2) => 3,
+        _ => 4,
+    }
+}
+
+/// The dynamic shared memory a K-split launch of `n` rows in clusters of `ks` takes: its stages of
+/// a 128 × 64 weight tile and an n × 64 activation tile, the alignment slack, a GLU launch's
+/// exchange (`glu`), and rank 0's slots.
+pub(crate) fn tma_smem_ks(n: usize, ks: usize, glu: bool) -> usize {
+    tma_stages_ks(n, ks) * (128 * 128 + n * 128) + 1024 + if glu { TMA_GLU_XCH_BYTES } else { 0 } + ks_recv_bytes(n, ks)
+}
+
+/// The CTAs a cluster of a TMA `linear` launch of `rows` rows on the instance of `n`, with `ft`
+/// features a task and `splits` splits of K: 2 sharing x (the `_c2` instances: 128 features,
+/// whole K), `decode` the switch of 64-row launches and `prefill` that of 128- and 192-row ones.
+/// (Clusters of four, two row tiles by two feature tiles sharing x and the weight tile, ran at
+/// 0.38-0.44 of cuBLASLt at 2,048 rows against 0.61-0.81 in pairs, pp2048 18,974 / 19,420
+/// against 29,490 / 30,265, on an H100: receipts/ab/session34; removed.)
+pub(crate) fn tma_cluster(decode: bool, prefill: bool, n: usize, ft: usize, splits: usize) -> usize {
+    let on = if n == 64 { decode } else { prefill && n >= 128 };
+    if on && ft == 128 && splits == 1 { 2 } else { 1 }
 }
 
 /// Dynamic shared memory of the instance of `n` rows and `ft` features: its stages (`tma_stages`
@@ -144,7 +190,7 @@ pub(crate) fn tma_smem_of(name: &str) -> Option<usize> {
     let rest = name.strip_prefix("linear_tma_bf16_n")?;
     let rest = rest.strip_suffix("_k1024").unwrap_or(rest);
     let rest = rest.strip_suffix("_norm").unwrap_or(rest);
-    let rest = rest.strip_suffix("_c2").or_else(|| rest.strip_suffix("_c4")).unwrap_or(rest);
+    let rest = rest.strip_suffix("_c2").unwrap_or(rest);
     let rest = rest.strip_suffix("_glu").or_else(|| rest.strip_suffix("_gli")).unwrap_or(rest);
     let (n, ft) = match rest.strip_suffix("_f64") {
         Some(n) => (n, 64),
@@ -191,10 +237,16 @@ pub(crate) struct TmaPlan {
     /// copies x once instead of twice. On an H100 the 8B's pp2048 went from 27,300-27,400 to
     /// 30,300-30,600 tokens/s, its gate|up at 2,048 rows from 941 to 743 µs (session 33).
     pub(crate) cluster_prefill: AtomicBool,
-    /// Whether prefill launches of two row tiles or more run in clusters of four instead, two
-    /// row tiles by two feature tiles, x shared by each feature pair and the weight tile by each
-    /// row pair (`PLUMB_CUDA_TMA_CLUSTER_PREFILL=4`; the `_c4` instances). The same bits.
-    pub(crate) cluster_four: AtomicBool,
+    /// The K split over a cluster's CTAs at decode rows (`tma_name_ks`: rank 0 folds the others'
+    /// chunk sums as they come through distributed shared memory, where a split K otherwise
+    /// writes every chunk's partials to global memory and folds them in a launch of its own):
+    /// 0 (off, the default until the decode steps are timed with it), `KS_AUTO` (`ks_auto`'s
+    /// choice: `PLUMB_CUDA_TMA_KSPLIT=auto`), or 2 or 4 CTAs a cluster for every call of up to 64
+    /// rows whose K has that many chunks or more (`PLUMB_CUDA_TMA_KSPLIT=2|4`, for measuring).
+    /// The same bits.
+    pub(crate) ksplit: AtomicUsize,
+    /// Resident blocks of the K-split instances (`TMA_KS`) of 8, 16, 32 and 64 rows.
+    pub(crate) slots_ks: [[usize; TMA_KS.len()]; 4],
 }
 
 impl TmaPlan {
@@ -216,6 +268,31 @@ impl TmaPlan {
                 slots_narrow[i] = resident(n, 64)?;
             }
         }
+        let mut slots_ks = [[0; TMA_KS.len()]; 4];
+        for (i, row) in slots_ks.iter_mut().enumerate() {
+            let n = TMA_ROWS[i];
+            for (j, &ks) in TMA_KS.iter().enumerate() {
+                let per_sm = kernels[&tma_name_ks(n, 256, ks, false)]
+                    .occupancy_max_active_blocks_per_multiprocessor(tma_threads(n), tma_smem_ks(n, ks, false), None)
+                    .map_err(driver("reading the K-split kernel's occupancy"))?;
+                row[j] = sms * per_sm.max(1) as usize;
+            }
+        }
+        let ksplit = match std::env::var("PLUMB_CUDA_TMA_KSPLIT").ok().as_deref() {
+            Some("auto") => KS_AUTO,
+            None | Some("0") => 0,
+            Some(v) => match v.parse::<usize>() {
+                Ok(ks) if TMA_KS.contains(&ks) => ks,
+                _ => {
+                    let value = v.to_string();
+                    return Err(CudaError::BadSetting {
+                        name: "PLUMB_CUDA_TMA_KSPLIT",
+                        value,
+                        expected: "auto, 0, 2 or 4",
+                    });
+                }
+            },
+        };
         let off = |name| std::env::var(name).is_ok_and(|v| v == "0");
         let number = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&v| v > 0);
         Ok(TmaPlan {
@@ -232,9 +309,8 @@ impl TmaPlan {
             cluster_prefill: AtomicBool::new(
                 cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER_PREFILL").map_or(true, |v| v != "0"),
             ),
-            cluster_four: AtomicBool::new(
-                cluster_launch && std::env::var("PLUMB_CUDA_TMA_CLUSTER_PREFILL").is_ok_and(|v| v == "4"),
-            ),
+            ksplit: AtomicUsize::new(if cluster_launch { ksplit } else { 0 }),
+            slots_ks,
         })
     }
 
@@ -261,9 +337,30 @@ impl TmaPlan {
     }
 
     /// `tma_cluster` under this plan's switches.
-    pub(crate) fn cluster_of(&self, rows: usize, n: usize, ft: usize, splits: usize) -> usize {
+    pub(crate) fn cluster_of(&self, n: usize, ft: usize, splits: usize) -> usize {
         let on = |b: &AtomicBool| b.load(Ordering::Relaxed);
-        tma_cluster(on(&self.cluster), on(&self.cluster_prefill), on(&self.cluster_four), rows, n, ft, splits)
+        tma_cluster(on(&self.cluster), on(&self.cluster_prefill), n, ft, splits)
+    }
+
+    /// The K split over a cluster for a call of `rows` rows on instance `i` over `num_chunks`
+    /// chunks of K that would otherwise run `splits` splits (`glu`: gate|up with the SwiGLU): under
+    /// `KS_AUTO`, `ks_auto`'s; under a forced split, it where the instance has 64 rows or fewer and
+    /// K that many chunks; else 1.
+    pub(crate) fn ksplit_of(&self, rows: usize, i: usize, num_chunks: usize, splits: usize, glu: bool) -> usize {
+        let ks = match self.ksplit.load(Ordering::Relaxed) {
+            KS_AUTO => ks_auto(rows, TMA_ROWS[i], splits, glu),
+            ks if TMA_ROWS[i] <= 64 => ks,
+            _ => 1,
+        };
+        if ks > 1 && num_chunks >= ks { ks } else { 1 }
+    }
+
+    /// The grid of `tasks` tasks of instance `i` each taken by a cluster of `ks` CTAs splitting
+    /// its K: whole clusters, as many as stay resident where blocks walk tasks.
+    pub(crate) fn ks_grid(&self, i: usize, tasks: usize, ks: usize) -> usize {
+        let j = TMA_KS.iter().position(|&k| k == ks).expect("a K split with instances");
+        let clusters = if self.persistent { tasks.min((self.slots_ks[i][j] / ks).max(1)) } else { tasks };
+        clusters * ks
     }
 
     /// The grid of `tasks` cluster tasks in clusters of `cl` CTAs: `grid` of their CTAs, whole
@@ -301,7 +398,6 @@ pub(crate) fn bf16_pair_map(
     k: usize,
     rows: usize,
     row_bytes: usize,
-    groups: u32,
 ) -> Option<(sys::CUtensorMap, bool)> {
     let (first, apart) = (gate.min(up), gate.abs_diff(up));
     if apart == 0 || !apart.is_multiple_of(16) || !rows.is_multiple_of(8) || !row_bytes.is_multiple_of(16) {
@@ -309,7 +405,7 @@ pub(crate) fn bf16_pair_map(
     }
     let dims = [k as u64, 8, 2, (rows / 8) as u64];
     let strides = [row_bytes as u64, apart, 8 * row_bytes as u64];
-    encode_bf16_map(first, &dims, &strides, &[64, 8, 2, groups]).ok().map(|m| (m, up < gate))
+    encode_bf16_map(first, &dims, &strides, &[64, 8, 2, 8]).ok().map(|m| (m, up < gate))
 }
 
 /// `cuTensorMapEncodeTiled` of bf16 elements at `ptr`: dims innermost first, the byte strides of
@@ -343,7 +439,18 @@ fn encode_bf16_map(ptr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Re
 /// The shared memory an instance is launched with (its kernel attribute): `tma_smem_of`, plus
 /// the exchange of a GLU instance (`linear_tma_glu`).
 pub(crate) fn tma_smem_max_of(name: &str) -> Option<usize> {
-    Some(tma_smem_of(name)? + if name.contains("_glu") { TMA_GLU_XCH_BYTES } else { 0 })
+    let glu = name.contains("_glu");
+    if let Some((n, ks)) = ks_of(name) {
+        return Some(tma_smem_ks(n, ks, glu));
+    }
+    Some(tma_smem_of(name)? + if glu { TMA_GLU_XCH_BYTES } else { 0 })
+}
+
+/// The rows and the K split of a K-split instance from its name (`tma_name_ks`), else None.
+fn ks_of(name: &str) -> Option<(usize, usize)> {
+    let rest = name.strip_suffix("_k1024").unwrap_or(name);
+    let ks = TMA_KS.into_iter().find(|ks| rest.ends_with(&format!("_s{ks}")))?;
+    Some((name.strip_prefix("linear_tma_bf16_n")?.split('_').next()?.parse().ok()?, ks))
 }
 
 #[cfg(test)]
@@ -361,25 +468,16 @@ mod tests {
         assert_eq!(tma_smem_of("linear_tma_bf16_n64_c2_k1024"), Some(tma_smem(64, 128)));
         // Clusters share x only where a launch is whole-K 128-feature tasks of 64 rows (the
         // decode switch) or of 128 and 192 rows (the prefill one).
-        assert_eq!(super::tma_cluster(true, false, false, 64, 64, 128, 1), 2);
-        assert_eq!(super::tma_cluster(false, true, false, 2048, 192, 128, 1), 2);
-        assert_eq!(super::tma_cluster(false, true, false, 2048, 128, 128, 1), 2);
-        // Of four only with two row tiles or more, and never at 64 rows.
-        assert_eq!(super::tma_cluster(false, true, true, 2048, 192, 128, 1), 4);
-        assert_eq!(super::tma_cluster(false, true, true, 192, 192, 128, 1), 2);
-        assert_eq!(super::tma_cluster(true, false, true, 64, 64, 128, 1), 2);
-        assert_eq!(super::cluster_tiles(4), (2, 2));
-        assert_eq!(super::cluster_tiles(2), (1, 2));
+        assert_eq!(super::tma_cluster(true, false, 64, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, 192, 128, 1), 2);
+        assert_eq!(super::tma_cluster(false, true, 128, 128, 1), 2);
         for (on, n, ft, splits) in [(false, 64, 128, 1), (true, 32, 128, 1), (true, 64, 64, 1), (true, 64, 128, 2)] {
-            assert_eq!(super::tma_cluster(on, false, false, n, n, ft, splits), 1);
+            assert_eq!(super::tma_cluster(on, false, n, ft, splits), 1);
         }
         for (n, ft, splits) in [(64, 128, 1), (32, 128, 1), (192, 64, 1), (128, 128, 2)] {
-            assert_eq!(super::tma_cluster(false, true, true, 4 * n, n, ft, splits), 1);
+            assert_eq!(super::tma_cluster(false, true, n, ft, splits), 1);
         }
         assert_eq!(super::tma_name_glu(192, 1024, true, 2), "linear_tma_bf16_n192_gli_c2_k1024");
-        assert_eq!(super::tma_name_glu(128, 256, true, 4), "linear_tma_bf16_n128_gli_c4");
-        assert_eq!(super::tma_name_cl(192, 128, 1024, 4), "linear_tma_bf16_n192_c4_k1024");
-        assert_eq!(tma_smem_of("linear_tma_bf16_n192_c4_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n192_c2_k1024"), Some(tma_smem(192, 128)));
         assert_eq!(tma_smem_of("linear_tma_bf16_n128"), Some(6 * 2 * 128 * 128 + 1024));
         assert_eq!(tma_smem_of("linear_wgmma_bf16"), None);
@@ -410,6 +508,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn k_split_instances_are_named_and_sized_by_their_split() {
+        use super::{TMA_GLU_XCH_BYTES, ks_recv_bytes, tma_name_ks, tma_smem_ks, tma_smem_max_of};
+        assert_eq!(tma_name_ks(8, 1024, 4, false), "linear_tma_bf16_n8_s4_k1024");
+        assert_eq!(tma_name_ks(64, 256, 2, true), "linear_tma_bf16_n64_glu_s2");
+        // Rank 0's slots: the other ranks' 256 threads' n / 2 sums each.
+        assert_eq!(ks_recv_bytes(8, 4), 3 * 256 * 4 * 4);
+        assert_eq!(ks_recv_bytes(64, 2), 256 * 32 * 4);
+        assert_eq!(tma_smem_max_of("linear_tma_bf16_n8_s4_k1024"), Some(5 * (128 * 128 + 8 * 128) + 1024 + 12288));
+        assert_eq!(tma_smem_max_of("linear_tma_bf16_n16_glu_s2"), Some(tma_smem_ks(16, 2, true)));
+        assert_eq!(tma_smem_ks(16, 2, true), tma_smem_ks(16, 2, false) + TMA_GLU_XCH_BYTES);
+        // The plain instances' neighbours keep their sizes.
+        assert_eq!(tma_smem_max_of("linear_tma_bf16_n8_k1024"), Some(tma_smem(8, 128)));
+        // Two blocks an SM of 228 KB (1 KB of each the driver's, 1 KB of static barriers), but
+        // for 32 and 64 rows split in four and 64 rows with a GLU exchange; every one fits one.
+        for n in [8, 16, 32, 64] {
+            for ks in [2, 4] {
+                for glu in [false, true] {
+                    let two = 2 * (tma_smem_ks(n, ks, glu) + 2048) <= 228 * 1024;
+                    assert_eq!(two, n <= 16 || (ks == 2 && (n == 32 || !glu)), "n{n} s{ks} glu {glu}");
+                    assert!(tma_smem_ks(n, ks, glu) <= 227 * 1024, "n{n} s{ks} glu {glu}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_k_split_over_a_cluster_goes_where_it_was_measured_to_pay() {
+        use super::ks_auto;
+        // Plain products whose split would fold in a launch: 4 CTAs at 8 rows, 2 at 16 and 32.
+        assert_eq!(ks_auto(8, 8, 4, false), 4);
+        assert_eq!(ks_auto(5, 8, 2, false), 4);
+        assert_eq!(ks_auto(13, 16, 7, false), 2);
+        assert_eq!(ks_auto(32, 32, 7, false), 2);
+        // Not at rows the last block folds, not whole K, not 64 rows, not gate|up.
+        assert_eq!(ks_auto(4, 8, 4, false), 1);
+        assert_eq!(ks_auto(32, 32, 1, false), 1);
+        assert_eq!(ks_auto(64, 64, 7, false), 1);
+        assert_eq!(ks_auto(8, 8, 4, true), 1);
     }
 
     #[test]

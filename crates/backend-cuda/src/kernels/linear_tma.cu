@@ -37,99 +37,6 @@
 // them (tests/mma_probe.rs): the same bits as the products apart.
 
 
-// K-major operand with 128-byte swizzle: rows of 64 bf16 (128 bytes), 8-row atoms 1024 bytes
-// apart; a k16 step inside the row starts 32 bytes further.
-__device__ __forceinline__ u64 tma_desc(u32 addr) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    }
-}
-
-// A CUtensorMap, passed by value as a __grid_constant__ kernel parameter.
-struct __align__(64) TmaMap {
-    u64 opaque[16];
-};
-
-// The tile at (k, row) of `map` into shared memory at `dst`, completing its bytes on `bar`.
-__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int k, int row, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-        "[%4];\n" ::"r"(dst),
-        "l"((u64)map), "r"(k), "r"(row), "r"(bar)
-        : "memory");
-}
-
-// The box at (c0, c1, c2, c3) of a rank-4 `map` into shared memory at `dst`, completing its bytes
-// on `bar`.
-__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaMap* map, int c0, int c1, int c2, int c3, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-        "[%6];\n" ::"r"(dst),
-        "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-        : "memory");
-}
-
-// The tile at (k, row) of `map` into shared memory at `dst` of every CTA of the cluster in `mask`,
-// completing its bytes on each one's barrier at `bar` (the same offsets in each).
-__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaMap* map, int k, int row, u32 bar,
-                                                      unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-        "l"((u64)map), "r"(k), "r"(row), "r"(bar), "h"(mask)
-        : "memory");
-}
-
-// The box at (c0, c1, c2, c3) of a rank-4 `map` into shared memory at `dst` of every CTA of the
-// cluster in `mask`, completing its bytes on each one's barrier at `bar`.
-__device__ __forceinline__ void tma_load_4d_multicast(u32 dst, const TmaMap* map, int c0, int c1, int c2, int c3,
-                                                      u32 bar, unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-        "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
-        : "memory");
-}
-
-// An arrival on the barrier at `bar` of CTA `cta` of this cluster. Default semantics (release at
-// CTA scope), as CUTLASS's cluster barrier arrives: what it releases are this warp's reads of the
-// stage, complete at the wgmma wait before it. `.release.cluster` compiled to MEMBAR.ALL.GPU before
-// every arrival, a stage and warp, and halved the clustered products' speed (session 31's SASS).
-__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
-    asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-        "r"(cta)
-        : "memory");
-}
-
-// Every thread of every CTA of the cluster, past what each did before (memory included).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d[N / 2] = (accumulate ? d : 0) + A * B: one m64nNk16 step.
 template <int N>
@@ -196,6 +103,12 @@ __host__ __device__ constexpr int tma_stages(int n, int ft) {
 // 232 for each consumer's (a sub-partition's 16K registers: 40 + 2 x 232 per warp slot of 32).
 // The others are nine warps with at most 168 registers each (three warps on a sub-partition).
 __host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
+// Stages of the instances whose clusters of KS CTAs split K (`ks_fold_chunk`): as many as keep
+// two blocks an SM with rank 0's slots and a GLU exchange, but for 32 and 64 rows split in four
+// (their slots alone take 48 and 96 KB: one block an SM). `tma::tma_stages_ks` is the same table.
+__host__ __device__ constexpr int tma_stages_ks(int n, int ks) {
+    return n == 8 ? 5 : n == 16 ? (ks == 2 ? 5 : 4) : n == 32 ? 4 : ks == 2 ? 3 : 4;
+}
 __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
 // Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
 // GLU_XCH x 128 floats (8 KB) of shared memory past the stages (`tma::TMA_GLU_XCH_BYTES`).
@@ -208,7 +121,7 @@ __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 1
 // Up to three weights of one input in one launch (`seg_of`, linear.cu): weight s has n_s
 // features, its own tensor map and output, and whole feature tiles of its own; `part` and
 // `counters` index the features and tiles of all of them end to end.
-template <int N, int FT, int SPC, int CL, int GLU, bool NRM>
+template <int N, int FT, int SPC, int CL, int KS, int GLU, bool NRM>
 __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wmap0, const TmaMap& wmap1,
                                            const TmaMap& wmap2, float* out0, float* out1, float* out2,
                                            int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split,
@@ -219,7 +132,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
     // SPC: stages of 64 of K in a chunk (the weight's fold chunk, 256 or 1,024: ops_linear::fold_chunk).
-    constexpr int STAGES = tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
+    constexpr int STAGES = KS > 1 ? tma_stages_ks(N, KS) : tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
     // NRM: the producer copies only the weight tile; the consumers write x's (`tma_norm_write`).
     constexpr int TX = NRM ? W_BYTES : STAGE;
@@ -228,16 +141,21 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // CL: CTAs of a cluster (1 or 2). Two take a pair of feature tiles of the same rows and K, in
     // lockstep, and each copies half of the rows of x to both (`multicast`): x crosses from L2 once
     // a pair instead of once a tile. Only where bytes land: the same arithmetic, the same bits.
-    // Four (`_c4`): two row tiles by two feature tiles; each CTA copies half the rows of x to its
-    // feature-pair peer and itself, and half the weight tile's rows to its row-pair peer and
-    // itself.
-    static_assert(CL == 1 || CL == 2 || CL == 4, "clusters of one, two or four CTAs");
-    static_assert(CL != 4 || (FT == 128 && GLU != GLU_EXCHANGE && !NRM), "clusters of four: 128 features, whole tiles");
+    // (Clusters of four, two row tiles by two feature tiles sharing x and the weight tile, ran at
+    // 0.38-0.44 of cuBLASLt at 2,048 rows against 0.61-0.81 in pairs on an H100: session 34.)
+    static_assert(CL == 1 || CL == 2, "clusters of one or two CTAs");
     constexpr int X_ROWS = CL == 1 ? N : N / 2;  // rows of x this CTA copies each stage
-    constexpr int RG = CL == 4 ? 2 : 1, FG = CL == 1 ? 1 : 2;  // row tiles, feature tiles a cluster
-    const int rank = CL > 1 ? (int)(blockIdx.x % CL) : 0, fr = CL == 4 ? rank % 2 : rank, rr = CL == 4 ? rank / 2 : 0;
+    constexpr int FG = CL;                       // feature tiles a cluster
+    const int rank = CL > 1 ? (int)(blockIdx.x % CL) : 0;
+    // KS: CTAs of a cluster splitting each task's K (`ks_fold_chunk`: 1, 2 or 4), rank `krank`
+    // taking every KS-th chunk; decode rows of 128-feature tasks, one CTA along the features.
+    static_assert(KS == 1 || KS == 2 || KS == 4, "K split over one, two or four CTAs");
+    static_assert(KS == 1 || (CL == 1 && FT == 128 && N <= 64 && GLU != GLU_IL && !NRM), "K split: decode rows");
+    const int krank = KS > 1 ? (int)(blockIdx.x % KS) : 0;
     extern __shared__ __align__(128) u8 smem[];
-    __shared__ __align__(8) u64 bars[2 * STAGES];
+    // KS > 1: two more, `kfull` (rank 0: the other ranks' sums of a round landed) and `kfree`
+    // (the others: rank 0 has read this rank's slot).
+    __shared__ __align__(8) u64 bars[2 * STAGES + (KS > 1 ? 2 : 0)];
     __shared__ int is_last;
     // The swizzled tiles need 1024-byte alignment; the launch gives 1 KB of slack for it.
     const u32 base = (smem_addr(smem) + 1023) & ~1023u;
@@ -256,8 +174,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     const int all_tiles =
         GLU ? (n0 + 63) / 64 : (n0 + FT - 1) / FT + (n1 + FT - 1) / FT + (n2 + FT - 1) / FT;
     // With clusters of two, a task is a pair of feature tiles, rank r taking tile 2 g + r.
-    const int row_groups = RG == 1 ? row_tiles : (row_tiles + RG - 1) / RG;
-    const int tasks = row_groups * splits * ((all_tiles + FG - 1) / FG);
+    const int tasks = row_tiles * splits * ((all_tiles + FG - 1) / FG);
     const bool split = splits > 1;
     // Task t (row tiles fastest, so blocks running together share a weight tile): rows r0.., the
     // chunks of one split, FT features from f0. The block walks tasks blockIdx.x, + gridDim.x, …
@@ -265,14 +182,13 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // cluster walks its tasks together. `own`: false for the second rank of a pair past the last
     // tile, which stages and computes the last tile again (its peer needs its half of x) and
     // stores nothing.
-    const int first = (int)blockIdx.x / CL, stride = (int)gridDim.x / CL;
+    const int first = (int)blockIdx.x / (CL * KS), stride = (int)gridDim.x / (CL * KS);
     auto task = [&](int t, int& r0, int& c_lo, int& c_hi, int& ft, bool& own) {
-        // Of four: past the rows for the second of an odd count (zeros copied, nothing stored).
-        r0 = RG == 1 ? (t % row_groups) * N : ((t % row_groups) * RG + rr) * N;
-        const int rest = t / row_groups;
+        r0 = (t % row_tiles) * N;
+        const int rest = t / row_tiles;
         c_lo = (rest % splits) * chunks_per_split;
         c_hi = min(num_chunks, c_lo + chunks_per_split);
-        ft = FG * (rest / splits) + fr;
+        ft = FG * (rest / splits) + rank;
         own = ft < all_tiles;
         ft = min(ft, all_tiles - 1);
     };
@@ -282,10 +198,14 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             // Every consumer warp of the cluster releases a stage: a CTA's copy of x lands in all.
             mbar_init(empty0 + 8 * b, 8 * CL);
         }
+        if constexpr (KS > 1) {
+            mbar_init(full0 + 8 * 2 * STAGES, 1);
+            mbar_init(full0 + 8 * (2 * STAGES + 1), 8);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if constexpr (CL > 1) cluster_sync();  // the peers' barriers exist before any copy lands there
+    if constexpr (CL * KS > 1) cluster_sync();  // the peers' barriers exist before any copy lands there
 
     // Stage s of feature tile ft's weight rows into dst: one box of FT rows of its weight, or
     // under `glu` the tile's 64 rows of gate and, 8 KB on, the same 64 of up, or (GLU_IL) for
@@ -293,15 +213,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // them (each 8 rows one 1,024-byte swizzle atom: the layout one box of 64 rows would give),
     // all in one box of the rank-4 pair map.
     auto load_w = [&](u32 dst, int s, int ft, u32 full) {
-        // Clusters of four: this CTA's half of the tile's rows, into itself and its row-pair peer.
-        const unsigned short wmask = (unsigned short)((1u << fr) | (1u << (fr + 2)));
         if constexpr (GLU == GLU_IL) {
             // One box of the pair map (tma::bf16_pair_map): groups ft * 8 .. ft * 8 + 7 of 8
-            // features, each gate's 8 rows then up's (of four: groups 4 rr .. 4 rr + 3).
-            if constexpr (CL == 4)
-                tma_load_4d_multicast(dst + rr * (W_BYTES / 2), &wmap0, s * WG_KS, 0, 0, ft * 8 + rr * 4, full, wmask);
-            else
-                tma_load_4d(dst, &wmap0, s * WG_KS, 0, 0, ft * 8, full);
+            // features, each gate's 8 rows then up's.
+            tma_load_4d(dst, &wmap0, s * WG_KS, 0, 0, ft * 8, full);
             return;
         }
         if constexpr (GLU == GLU_EXCHANGE) {
@@ -310,12 +225,12 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             return;
         }
         const Seg sg = seg_of(ft, FT, n0, n1);
-        if constexpr (CL == 4)
-            tma_load_2d_multicast(dst + rr * (W_BYTES / 2), pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS,
-                                  sg.u * FT + rr * (FT / 2), full, wmask);
-        else
-            tma_load_2d(dst, pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS, sg.u * FT, full);
+        tma_load_2d(dst, pick3(sg.s, &wmap0, &wmap1, &wmap2), s * WG_KS, sg.u * FT, full);
     };
+    // KS > 1: how many stages of 64 of K this rank takes of a task over chunks [c_lo, c_hi) (those
+    // of its chunks), and the j-th of them.
+    auto ks_stages = [&](int c_lo, int c_hi) { return max(0, (c_hi - c_lo - krank + KS - 1) / KS) * SPC; };
+    auto ks_stage = [&](int c_lo, int j) { return (c_lo + krank + (j / SPC) * KS) * SPC + j % SPC; };
     if (threadIdx.x >= 256) {
         if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 256) {
@@ -327,9 +242,16 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 int r0, c_lo, c_hi, ft;
                 bool own;
                 task(first, r0, c_lo, c_hi, ft, own);
-                for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
-                    mbar_expect_tx(full0 + 8 * early, TX);
-                    load_w(base + early * STAGE, s, ft, full0 + 8 * early);
+                if constexpr (KS == 1) {
+                    for (int s = c_lo * SPC; s < c_hi * SPC && early < STAGES; s++, early++) {
+                        mbar_expect_tx(full0 + 8 * early, TX);
+                        load_w(base + early * STAGE, s, ft, full0 + 8 * early);
+                    }
+                } else {
+                    for (int j = 0; j < ks_stages(c_lo, c_hi) && early < STAGES; j++, early++) {
+                        mbar_expect_tx(full0 + 8 * early, TX);
+                        load_w(base + early * STAGE, ks_stage(c_lo, j), ft, full0 + 8 * early);
+                    }
                 }
             }
             PDL_WAIT();
@@ -338,8 +260,10 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                 int r0, c_lo, c_hi, ft;
                 bool own;
                 task(t, r0, c_lo, c_hi, ft, own);
-                for (int s = c_lo * SPC; s < c_hi * SPC; s++, i++) {
-                    const int b = i % STAGES;
+                // KS > 1: this rank's chunks' stages only.
+                const int j_end = KS == 1 ? c_hi * SPC : ks_stages(c_lo, c_hi);
+                for (int j = KS == 1 ? c_lo * SPC : 0; j < j_end; j++, i++) {
+                    const int b = i % STAGES, s = KS == 1 ? j : ks_stage(c_lo, j);
                     if (i >= STAGES) mbar_wait(empty0 + 8 * b, ((i / STAGES) + 1) & 1);
                     const u32 full = full0 + 8 * b, dst = base + b * STAGE;
                     if (i >= early) {
@@ -347,8 +271,8 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                         load_w(dst, s, ft, full);
                     }
                     if constexpr (CL > 1) {
-                        tma_load_2d_multicast(dst + W_BYTES + fr * X_ROWS * 128, &xmap, s * WG_KS,
-                                              r0 + fr * X_ROWS, full, CL == 4 ? (unsigned short)(0x3u << (2 * rr)) : 0x3);
+                        tma_load_2d_multicast(dst + W_BYTES + rank * X_ROWS * 128, &xmap, s * WG_KS,
+                                              r0 + rank * X_ROWS, full, 0x3);
                     } else if constexpr (!NRM) {
                         tma_load_2d(dst + W_BYTES, &xmap, s * WG_KS, r0, full);
                     }
@@ -357,7 +281,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         } else {
             PDL_WAIT();
         }
-        if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may still reach it
+        if constexpr (CL * KS > 1) cluster_sync();  // no CTA leaves while a peer may still reach it
         return;
     }
     if constexpr (tma_threads(N) == 384) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -374,10 +298,12 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     auto release = [&](int b) {
         mbar_arrive(empty0 + 8 * b);
         if constexpr (CL == 2) mbar_arrive_cluster(empty0 + 8 * b, rank ^ 1);
-        if constexpr (CL == 4)
-            for (int r = 0; r < CL; r++)
-                if (r != rank) mbar_arrive_cluster(empty0 + 8 * b, r);
     };
+    // KS > 1: the barriers and the slots of `ks_fold_chunk` (past the stages and a GLU exchange's
+    // words, which rank 0 may still use while the others send their next task's sums).
+    const u32 kfull = full0 + 8 * 2 * STAGES, kfree = kfull + 8;
+    const u32 recv = base + STAGES * STAGE + (GLU == GLU_EXCHANGE ? GLU_XCH * 128 * 4 : 0);
+    int krounds = 0, ksent = 0;
     for (int t = first; t < tasks; t += stride) {
         int r0, c_lo, c_hi, ft;
         bool own;
@@ -399,7 +325,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
             inv_r0 = r0;
         }
         float d[NW / 2], acc[NW / 2];
-        for (int c = c_lo; c < c_hi; c++) {
+        for (int c = c_lo + krank; c < c_hi; c += KS) {
 #pragma unroll
             for (int q = 0; q < SPC; q++, i++) {
                 const int b = i % STAGES;
@@ -434,11 +360,16 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
                     if (own && m < n_out && n < num_rows)
                         part[((u64)c * num_rows + n) * n_all + (GLU ? wg * n0 : pick3(sg.s, 0, n0, n0 + n1)) + m] = d[e];
                 }
+            } else if constexpr (KS > 1) {
+                ks_fold_chunk<NW, KS>(acc, d, c == c_lo, krank, min(KS, c_hi - c) - 1, kfull, kfree, recv,
+                                      smem + (recv - smem_addr(smem)), krounds, ksent);
             } else {
 #pragma unroll
                 for (int e = 0; e < NW / 2; e++) acc[e] = __fadd_rn(c == c_lo ? 0.0f : acc[e], d[e]);
             }
         }
+        if constexpr (KS > 1)
+            if (krank != 0) continue;  // rank 0 holds the task's fold
         // Element e of this thread: feature 16 * warp + g + 8 * ((e / 2) % 2) of the warpgroup's
         // 64, row 8 * (e / 4) + 2 * t4 + e % 2 of the warpgroup's NW.
         float* out = pick3(sg.s, out0, out1, out2);
@@ -522,74 +453,6 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
         }
         if (threadIdx.x == 0) counters[ft] = 0;
     }
-    if constexpr (CL > 1) cluster_sync();
+    if constexpr (CL * KS > 1) cluster_sync();
 #endif
 }
-
-// One kernel per row tile N, feature tile FT and fold chunk (SPC stages: 256 of K, or 1,024 for
-// the `_k1024` instances); the chunk's stages are unrolled (a loop over them spilled the
-// accumulators of the 64-row instance at its 96 registers).
-#define LINEAR_TMA(N, FT, SPC, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, 1, GLU_NONE, false, NAME, BLOCKS)
-#define LINEAR_TMA_CL(N, FT, SPC, CL, NAME, BLOCKS) LINEAR_TMA_G(N, FT, SPC, CL, GLU_NONE, false, NAME, BLOCKS)
-#define LINEAR_TMA_G(N, FT, SPC, CL, GLU, NRM, NAME, BLOCKS)                                                        \
-    extern "C" __global__ void __launch_bounds__(tma_threads(N), BLOCKS) linear_tma_bf16_##NAME(                    \
-        const __grid_constant__ TmaMap xmap, const __grid_constant__ TmaMap wmap0,                                   \
-        const __grid_constant__ TmaMap wmap1, const __grid_constant__ TmaMap wmap2, float* out0, float* out1,        \
-        float* out2, int num_rows, int n0, int n1, int n2, int k_in, int chunks_per_split, float* __restrict__ part, \
-        u32* __restrict__ counters, int resid, unsigned short* __restrict__ xb, const float* __restrict__ nx,         \
-        const float* __restrict__ nw, float eps) { TL_BLOCK();                                                       \
-        PDL_LAUNCH(); /* linear_tma waits (PDL_WAIT) once its first weight tiles are asked for */                  \
-        linear_tma<N, FT, SPC, CL, GLU, NRM>(xmap, wmap0, wmap1, wmap2, out0, out1, out2, num_rows, n0, n1, n2,      \
-                                             k_in, chunks_per_split, part, counters, resid, xb, nx, nw, eps);      \
-    }
-#define LINEAR_TMA_KC(N, FT, NAME, BLOCKS) \
-    LINEAR_TMA(N, FT, 4, NAME, BLOCKS)     \
-    LINEAR_TMA(N, FT, 16, NAME##_k1024, BLOCKS)
-// gate|up with the SwiGLU (`GLU`): 128 features a task, one CTA a cluster; up to 64 rows with
-// warpgroup 1's up sums exchanged (`_glu`), 128 and 192 rows interleaved (`_gli`; session 22's
-// exchange at 2,048 rows cost more than the silu_mul launch it saved).
-#define LINEAR_TMA_GLU(N, NAME, BLOCKS)                                 \
-    LINEAR_TMA_G(N, 128, 4, 1, GLU_EXCHANGE, false, NAME##_glu, BLOCKS) \
-    LINEAR_TMA_G(N, 128, 16, 1, GLU_EXCHANGE, false, NAME##_glu_k1024, BLOCKS)
-#define LINEAR_TMA_GLI(N, NAME, BLOCKS)                                    \
-    LINEAR_TMA_G(N, 128, 4, 1, GLU_IL, false, NAME##_gli, BLOCKS)          \
-    LINEAR_TMA_G(N, 128, 16, 1, GLU_IL, false, NAME##_gli_k1024, BLOCKS)   \
-    LINEAR_TMA_G(N, 128, 4, 2, GLU_IL, false, NAME##_gli_c2, BLOCKS)       \
-    LINEAR_TMA_G(N, 128, 16, 2, GLU_IL, false, NAME##_gli_c2_k1024, BLOCKS)   \
-    LINEAR_TMA_G(N, 128, 4, 4, GLU_IL, false, NAME##_gli_c4, BLOCKS)       \
-    LINEAR_TMA_G(N, 128, 16, 4, GLU_IL, false, NAME##_gli_c4_k1024, BLOCKS)
-// The norm inside (`_norm`, NRM), of the products alone and of gate|up with the SwiGLU: decode rows.
-#define LINEAR_TMA_NORM(N, NAME, BLOCKS)                                  \
-    LINEAR_TMA_G(N, 128, 4, 1, GLU_NONE, true, NAME##_norm, BLOCKS)             \
-    LINEAR_TMA_G(N, 128, 16, 1, GLU_NONE, true, NAME##_norm_k1024, BLOCKS)      \
-    LINEAR_TMA_G(N, 128, 4, 1, GLU_EXCHANGE, true, NAME##_glu_norm, BLOCKS)     \
-    LINEAR_TMA_G(N, 128, 16, 1, GLU_EXCHANGE, true, NAME##_glu_norm_k1024, BLOCKS)
-LINEAR_TMA_KC(8, 128, n8, 2)
-LINEAR_TMA_KC(16, 128, n16, 2)
-LINEAR_TMA_KC(32, 128, n32, 2)
-LINEAR_TMA_KC(64, 128, n64, 2)
-LINEAR_TMA_KC(128, 128, n128, 1)
-LINEAR_TMA_KC(192, 128, n192, 1)
-LINEAR_TMA_KC(16, 64, n16_f64, 2)
-LINEAR_TMA_KC(32, 64, n32_f64, 2)
-LINEAR_TMA_KC(64, 64, n64_f64, 2)
-// Rows of x shared by a cluster of two (`CL`): whole-K tasks of 128 features at 33-64 rows
-// (`PLUMB_CUDA_TMA_CLUSTER`) and at prefill rows (`PLUMB_CUDA_TMA_CLUSTER_PREFILL`).
-LINEAR_TMA_CL(64, 128, 4, 2, n64_c2, 2)
-LINEAR_TMA_CL(64, 128, 16, 2, n64_c2_k1024, 2)
-LINEAR_TMA_CL(128, 128, 4, 2, n128_c2, 1)
-LINEAR_TMA_CL(128, 128, 16, 2, n128_c2_k1024, 1)
-LINEAR_TMA_CL(192, 128, 4, 2, n192_c2, 1)
-LINEAR_TMA_CL(192, 128, 16, 2, n192_c2_k1024, 1)
-// Two row tiles by two feature tiles a cluster of four (`PLUMB_CUDA_TMA_CLUSTER_PREFILL=4`).
-LINEAR_TMA_CL(128, 128, 4, 4, n128_c4, 1)
-LINEAR_TMA_CL(128, 128, 16, 4, n128_c4_k1024, 1)
-LINEAR_TMA_CL(192, 128, 4, 4, n192_c4, 1)
-LINEAR_TMA_CL(192, 128, 16, 4, n192_c4_k1024, 1)
-LINEAR_TMA_GLU(8, n8, 2)
-LINEAR_TMA_GLU(16, n16, 2)
-LINEAR_TMA_GLU(32, n32, 2)
-LINEAR_TMA_GLU(64, n64, 2)
-LINEAR_TMA_GLI(128, n128, 1)
-LINEAR_TMA_GLI(192, n192, 1)
-LINEAR_TMA_NORM(8, n8, 2)
