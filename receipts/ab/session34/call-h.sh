@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 34, call H (stage: TESTS=0 tools/device/stage.sh, carry .gpu): the K split over a
+# cluster where `tma::ks_auto` picks it (plain products at 5 to 32 rows whose split would fold in
+# a launch: 4 CTAs at 8 rows, 2 at 16 and 32; PLUMB_CUDA_TMA_KSPLIT=auto) against none
+# (PLUMB_CUDA_TMA_KSPLIT=0, main's), at 8 and 32 concurrent requests, two rounds alternating;
+# the clusters test first under auto (call F ran row_invariance and fused under the forced splits).
+set -u
+source tools/device/settings.sh; gpu_env
+B=/tmp/s34
+[ -x $B/plumb ] || { mkdir -p $B && tar -xJf .gpu/stage-s34.tar.xz -C $B; }
+S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $S 2>&1
+bash tools/device/seed-kernels.sh $B >> $S 2>&1
+([ -e /tmp/l8b/config.json ] || $B/plumb synth --arch llama-3.1-8b -t 14 /tmp/l8b > $OUT/synth.log 2>&1) &
+mkdir -p $OUT/bits
+for t in clusters; do
+  PLUMB_CUDA_TMA_KSPLIT=auto timeout 60 $B/$t --test-threads 1 > $OUT/bits/$t.log 2>&1
+  echo "[auto] $t rc=$? $(grep 'test result' $OUT/bits/$t.log | tail -1)" >> $S
+done
+wait
+SETTINGS="off:PLUMB_CUDA_TMA_KSPLIT=0 auto:PLUMB_CUDA_TMA_KSPLIT=auto" PHASES="conc" LEVELS=8,32 \
+  timeout 170 bash tools/device/ab-8b.sh $B $OUT/ab > $OUT/ab.log 2>&1
+echo "ab rc=$?" >> $S
+grep -vE "^\(" $OUT/ab/ab.txt >> $S
+cd $OUT && tar -cJf rest.tar.xz bits ab && rm -rf bits ab
