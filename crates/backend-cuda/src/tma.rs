@@ -58,7 +58,7 @@ pub(crate) fn tma_name(n: usize, ft: usize, kc: usize) -> String {
 /// `tma_name` of the instance whose CTAs run in clusters of `cl` (`_c2`: x shared by a pair).
 pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
     let f = if ft == 64 { "_f64" } else { "" };
-    let c = if cl > 1 { format!("_c{cl}") } else { String::new() };
+    let c = if cl == 2 { "_c2" } else { "" };
     format!("linear_tma_bf16_n{n}{f}{c}{}", kc_suffix(kc))
 }
 
@@ -73,7 +73,7 @@ fn kc_suffix(kc: usize) -> &'static str {
 /// staged interleaved by 8 (`_gli`, `bf16_pair_map`), in clusters of `cl` CTAs sharing x (`_c2`).
 pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) -> String {
     let g = if interleaved { "_gli" } else { "_glu" };
-    let c = if cl > 1 { format!("_c{cl}") } else { String::new() };
+    let c = if cl == 2 { "_c2" } else { "" };
     format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
 }
 
