@@ -155,13 +155,21 @@ pub(crate) fn kernel_names() -> Vec<String> {
     ]
     .map(String::from)
     .into();
-    // The K splits over a cluster (kernels/linear_tma_instances.cu, `LINEAR_TMA_KS`).
+    // The K splits over a cluster (kernels/linear_tma_instances.cu, `LINEAR_TMA_KS` and, on
+    // 64-feature tasks, `LINEAR_TMA_KS_NARROW`).
     for n in [8, 16, 32, 64] {
         for ks in crate::tma::TMA_KS {
             for glu in [false, true] {
                 for kc in [256, 1024] {
-                    names.push(crate::tma::tma_name_ks(n, kc, ks, glu));
+                    names.push(crate::tma::tma_name_ks(n, 128, kc, ks, glu));
                 }
+            }
+        }
+    }
+    for n in crate::tma::TMA_KS_NARROW_ROWS {
+        for ks in crate::tma::TMA_KS {
+            for kc in [256, 1024] {
+                names.push(crate::tma::tma_name_ks(n, 64, kc, ks, false));
             }
         }
     }

@@ -32,6 +32,7 @@ mod step;
 mod step_state;
 pub mod timeline;
 mod tma;
+mod tma_ksplit;
 mod transfer;
 mod weight;
 

@@ -95,7 +95,12 @@ impl CudaBackend {
         } else {
             num_chunks
         };
-        // K split over a cluster's CTAs, folded in its first: whole K a cluster, 128 features.
+        // K split over a cluster's CTAs, folded in its first: whole K a cluster, on 64-feature
+        // tasks (`ksplit_narrow`, 17 to 64 rows) or 128-feature ones.
+        let narrow = if ks_ok { self.tma.ksplit_narrow_of(rows, i, num_chunks, glu) } else { 1 };
+        if narrow > 1 {
+            return TmaCall { i, n, kc, num_chunks, per_split: num_chunks, splits: 1, ft: 64, cl: 1, ks: narrow };
+        }
         let ks = if ks_ok { self.tma.ksplit_of(rows, i, num_chunks, num_chunks.div_ceil(per_split), glu) } else { 1 };
         if ks > 1 {
             return TmaCall { i, n, kc, num_chunks, per_split: num_chunks, splits: 1, ft: 128, cl: 1, ks };
@@ -142,7 +147,7 @@ impl CudaBackend {
         let tasks = rows.div_ceil(n) * tiles.div_ceil(cl) * splits;
         let (grid, smem) = match ks {
             1 => (self.tma.cluster_grid(i, ft, tasks, cl), tma_smem(n, ft)),
-            _ => (self.tma.ks_grid(i, tasks, ks), tma_smem_ks(n, ks, false)),
+            _ => (self.tma.ks_grid(i, ft, tasks, ks), tma_smem_ks(n, ft, ks, false)),
         };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
@@ -168,7 +173,7 @@ impl CudaBackend {
         let name = match (norm, ks) {
             (Some(_), _) => tma_name_norm(n, kc, false),
             (None, 1) => tma_name_cl(n, ft, kc, cl),
-            (None, _) => tma_name_ks(n, kc, ks, false),
+            (None, _) => tma_name_ks(n, ft, kc, ks, false),
         };
         self.tma_cluster_launches.fetch_add((cl > 1) as u64, Ordering::Relaxed);
         self.tma_ks_launches.fetch_add((ks > 1) as u64, Ordering::Relaxed);
@@ -270,7 +275,7 @@ impl CudaBackend {
         let tasks = rows.div_ceil(n) * pairs.div_ceil(cl) * splits;
         let (grid, smem) = match ks {
             1 => (self.tma.cluster_grid(i, ft, tasks, cl), tma_smem(n, ft) + if il { 0 } else { TMA_GLU_XCH_BYTES }),
-            _ => (self.tma.ks_grid(i, tasks, ks), tma_smem_ks(n, ks, true)),
+            _ => (self.tma.ks_grid(i, 128, tasks, ks), tma_smem_ks(n, 128, ks, true)),
         };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
@@ -288,7 +293,7 @@ impl CudaBackend {
         let name = match (norm, ks) {
             (Some(_), _) => tma_name_norm(n, kc, true),
             (None, 1) => tma_name_glu(n, kc, il, cl),
-            (None, _) => tma_name_ks(n, kc, ks, true),
+            (None, _) => tma_name_ks(n, 128, kc, ks, true),
         };
         let l = Launch::new(self.kernel(&name), cfg)
             .cluster((cl * ks) as u32)

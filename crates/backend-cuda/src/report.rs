@@ -185,6 +185,23 @@ impl CudaBackend {
         }
     }
 
+    /// Splits the K of plain TMA `linear` launches of 17 to 64 rows over clusters of `ks` CTAs on
+    /// 64-feature tasks (2 or 4; 0, the default, never), rank 0 folding the others' chunk sums:
+    /// the same bits. `PLUMB_CUDA_TMA_KSPLIT_NARROW` (0, 2, 4) sets it at start. Where set, it
+    /// takes those calls before `set_tma_ksplit`'s choice.
+    ///
+    /// # Panics
+    /// If `ks` is neither 0 nor a split with instances (2, 4).
+    pub fn set_tma_ksplit_narrow(&self, ks: usize) {
+        assert!(ks == 0 || crate::tma::TMA_KS.contains(&ks), "set_tma_ksplit_narrow: 0, 2 or 4, not {ks}");
+        self.tma.ksplit_narrow.store(if self.tma.cluster_launch { ks } else { 0 }, Ordering::Relaxed);
+    }
+
+    /// The K split over clusters on 64-feature tasks `set_tma_ksplit_narrow` set (0: none).
+    pub fn tma_ksplit_narrow(&self) -> usize {
+        self.tma.ksplit_narrow.load(Ordering::Relaxed)
+    }
+
     /// TMA `linear` launches (plain or gate|up with the SwiGLU) whose K split over a cluster.
     pub fn tma_ks_launches(&self) -> u64 {
         self.tma_ks_launches.load(Ordering::Relaxed)
@@ -201,7 +218,7 @@ impl CudaBackend {
     /// `PLUMB_CUDA_STAGED_LOADS`, `PLUMB_CUDA_FUSE_SWIGLU`, `PLUMB_CUDA_WIDE_REPLAY`,
     /// `PLUMB_CUDA_ATT_MERGE_LAUNCH`), for receipts: a
     /// figure measured with a switch off says so.
-    pub fn kernel_choices(&self) -> [(&'static str, bool); 32] {
+    pub fn kernel_choices(&self) -> [(&'static str, bool); 33] {
         [
             ("linear_tma", self.tma.enabled),
             ("linear_tma_persistent", self.tma.persistent),
@@ -225,6 +242,7 @@ impl CudaBackend {
             ("linear_tma_cluster", self.tma.cluster.load(Ordering::Relaxed)),
             ("linear_tma_cluster_prefill", self.tma.cluster_prefill.load(Ordering::Relaxed)),
             ("linear_tma_ksplit_auto", self.tma.ksplit.load(Ordering::Relaxed) == crate::tma::KS_AUTO),
+            ("linear_tma_ksplit_narrow", self.tma.ksplit_narrow.load(Ordering::Relaxed) > 1),
             ("fused_residual_store", self.fuse_residual),
             ("fused_qkv_rope_kv_write", self.fuse_qkv_rope),
             ("wide_rows_linear", self.wide_rows),

@@ -12,6 +12,8 @@ use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+pub(crate) use crate::tma_ksplit::{KS_AUTO, TMA_KS, TMA_KS_NARROW_ROWS, ks_auto, ks_of, tma_name_ks, tma_smem_ks};
+
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
 /// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
 pub(crate) const TMA_ROWS: [usize; 6] = [8, 16, 32, 64, 128, 192];
@@ -63,7 +65,7 @@ pub(crate) fn tma_name_cl(n: usize, ft: usize, kc: usize, cl: usize) -> String {
 }
 
 /// The suffix of the instances whose weights fold in chunks of `kc` (1,024: `_k1024`; 256: none).
-fn kc_suffix(kc: usize) -> &'static str {
+pub(crate) fn kc_suffix(kc: usize) -> &'static str {
     if kc == 1024 { "_k1024" } else { "" }
 }
 
@@ -75,67 +77,6 @@ pub(crate) fn tma_name_glu(n: usize, kc: usize, interleaved: bool, cl: usize) ->
     let g = if interleaved { "_gli" } else { "_glu" };
     let c = if cl == 2 { "_c2" } else { "" };
     format!("linear_tma_bf16_n{n}{g}{c}{}", kc_suffix(kc))
-}
-
-/// The name of the instance of `n` rows (at most 64) whose clusters of `ks` CTAs split each
-/// task's K (`_s2`, `_s4`: rank r takes every ks-th chunk from r, rank 0 folds them in chunk
-/// order, `ks_fold_chunk` in kernels/linear_tma_sync.cu), of the products alone or of gate|up
-/// with the SwiGLU (`glu`), for a weight folded in chunks of `kc`.
-pub(crate) fn tma_name_ks(n: usize, kc: usize, ks: usize, glu: bool) -> String {
-    let g = if glu { "_glu" } else { "" };
-    format!("linear_tma_bf16_n{n}{g}_s{ks}{}", kc_suffix(kc))
-}
-
-/// The K splits over a cluster the instances exist for (`tma_name_ks`).
-pub(crate) const TMA_KS: [usize; 2] = [2, 4];
-
-/// `TmaPlan::ksplit`'s setting for `ks_auto`'s choice.
-pub(crate) const KS_AUTO: usize = 1;
-
-/// The K split over a cluster the backend picks for a plain product (not `glu`) of `rows` rows
-/// on the instance of `n` rows that would otherwise run `splits` splits: where those splits fold
-/// in a launch of their own (more than `TMA_FOLD_IN_KERNEL_ROWS` rows), 4 CTAs at 8 rows and 2 at
-/// 16 and 32; else none. Measured on an H100 (receipts/ab/session34, gemm_8b at the 8B's shapes,
-/// µs: main / split in 2 / in 4): at 8 rows q|k|v 25.4 / 22.6 / 22.3, o 13.5 / 14.1 / 12.0, down
-/// 49.6 / 48.4 / 46.6; at 16, q|k|v 26.3 / 23.7 / 24.3, down 50.3 / 48.9 / 50.2; at 32, down 57.0
-/// / 53.5 / 68.6. Lost everywhere else: at one row (the last block's fold is cheaper than a
-/// cluster's: o 10.1 / 13.3 / 11.8), at 64 rows (q|k|v 25.1 / 30.3 / 29.8, whole K on 64-feature
-/// tiles), and gate|up with the SwiGLU at any row count (8 rows 82.5 / 83.4 / 89.5).
-pub(crate) fn ks_auto(rows: usize, n: usize, splits: usize, glu: bool) -> usize {
-    if glu || splits < 2 || rows <= crate::linear_plan::TMA_FOLD_IN_KERNEL_ROWS {
-        return 1;
-    }
-    match n {
-        8 => 4,
-        16 | 32 => 2,
-        _ => 1,
-    }
-}
-
-/// The shared memory past the stages of an instance of `n` rows whose clusters of `ks` CTAs
-/// split K: rank 0's slots for the others' sums of a round, 256 threads × n / 2 floats each
-/// (`ks_slot_bytes` in the kernel).
-pub(crate) fn ks_recv_bytes(n: usize, ks: usize) -> usize {
-    (ks - 1) * 256 * (n / 2) * 4
-}
-
-/// Stages of the K-split instances of `n` rows split in `ks` (`tma_stages_ks` in the kernel, the
-/// same table): as many as keep two blocks an SM with the slots and a GLU exchange, but for 32
-/// and 64 rows split in four, whose slots alone take 48 and 96 KB.
-pub(crate) fn tma_stages_ks(n: usize, ks: usize) -> usize {
-    match (n, ks) {
-        (8, _) | (16, 2) => 5,
-        (16, _) | (32, _) => 4,
-        (_, 2) => 3,
-        _ => 4,
-    }
-}
-
-/// The dynamic shared memory a K-split launch of `n` rows in clusters of `ks` takes: its stages of
-/// a 128 × 64 weight tile and an n × 64 activation tile, the alignment slack, a GLU launch's
-/// exchange (`glu`), and rank 0's slots.
-pub(crate) fn tma_smem_ks(n: usize, ks: usize, glu: bool) -> usize {
-    tma_stages_ks(n, ks) * (128 * 128 + n * 128) + 1024 + if glu { TMA_GLU_XCH_BYTES } else { 0 } + ks_recv_bytes(n, ks)
 }
 
 /// The CTAs a cluster of a TMA `linear` launch of `rows` rows on the instance of `n`, with `ft`
@@ -247,6 +188,16 @@ pub(crate) struct TmaPlan {
     pub(crate) ksplit: AtomicUsize,
     /// Resident blocks of the K-split instances (`TMA_KS`) of 8, 16, 32 and 64 rows.
     pub(crate) slots_ks: [[usize; TMA_KS.len()]; 4],
+    /// The K split over a cluster on 64-feature tasks for plain products of 17 to 64 rows (the
+    /// `_f64_s2` / `_f64_s4` instances): 0 (off, the default: not yet measured on a GPU) or 2 or
+    /// 4 CTAs a cluster for every such call whose K has that many chunks
+    /// (`PLUMB_CUDA_TMA_KSPLIT_NARROW=2|4`). At those rows main runs q|k|v and o whole K on
+    /// 64-feature tasks, too few to fill the SMs (o: 64 tasks on 132), and down split K with every
+    /// chunk's partials through global memory and a fold launch; this gives each 64-feature task
+    /// ks CTAs and folds their sums in rank 0. The same bits (`ksplit`'s fold).
+    pub(crate) ksplit_narrow: AtomicUsize,
+    /// Resident blocks of those instances (`TMA_KS_NARROW_ROWS` by `TMA_KS`).
+    pub(crate) slots_ks_narrow: [[usize; TMA_KS.len()]; TMA_KS_NARROW_ROWS.len()],
 }
 
 impl TmaPlan {
@@ -268,16 +219,38 @@ impl TmaPlan {
                 slots_narrow[i] = resident(n, 64)?;
             }
         }
+        let resident_ks = |n: usize, ft: usize, ks: usize| -> Result<usize, CudaError> {
+            let per_sm = kernels[&tma_name_ks(n, ft, 256, ks, false)]
+                .occupancy_max_active_blocks_per_multiprocessor(tma_threads(n), tma_smem_ks(n, ft, ks, false), None)
+                .map_err(driver("reading the K-split kernel's occupancy"))?;
+            Ok(sms * per_sm.max(1) as usize)
+        };
         let mut slots_ks = [[0; TMA_KS.len()]; 4];
         for (i, row) in slots_ks.iter_mut().enumerate() {
-            let n = TMA_ROWS[i];
             for (j, &ks) in TMA_KS.iter().enumerate() {
-                let per_sm = kernels[&tma_name_ks(n, 256, ks, false)]
-                    .occupancy_max_active_blocks_per_multiprocessor(tma_threads(n), tma_smem_ks(n, ks, false), None)
-                    .map_err(driver("reading the K-split kernel's occupancy"))?;
-                row[j] = sms * per_sm.max(1) as usize;
+                row[j] = resident_ks(TMA_ROWS[i], 128, ks)?;
             }
         }
+        let mut slots_ks_narrow = [[0; TMA_KS.len()]; TMA_KS_NARROW_ROWS.len()];
+        for (i, row) in slots_ks_narrow.iter_mut().enumerate() {
+            for (j, &ks) in TMA_KS.iter().enumerate() {
+                row[j] = resident_ks(TMA_KS_NARROW_ROWS[i], 64, ks)?;
+            }
+        }
+        let ksplit_narrow = match std::env::var("PLUMB_CUDA_TMA_KSPLIT_NARROW").ok().as_deref() {
+            None | Some("0") => 0,
+            Some(v) => match v.parse::<usize>() {
+                Ok(ks) if TMA_KS.contains(&ks) => ks,
+                _ => {
+                    let value = v.to_string();
+                    return Err(CudaError::BadSetting {
+                        name: "PLUMB_CUDA_TMA_KSPLIT_NARROW",
+                        value,
+                        expected: "0, 2 or 4",
+                    });
+                }
+            },
+        };
         let ksplit = match std::env::var("PLUMB_CUDA_TMA_KSPLIT").ok().as_deref() {
             Some("auto") => KS_AUTO,
             None | Some("0") => 0,
@@ -311,6 +284,8 @@ impl TmaPlan {
             ),
             ksplit: AtomicUsize::new(if cluster_launch { ksplit } else { 0 }),
             slots_ks,
+            ksplit_narrow: AtomicUsize::new(if cluster_launch { ksplit_narrow } else { 0 }),
+            slots_ks_narrow,
         })
     }
 
@@ -355,11 +330,29 @@ impl TmaPlan {
         if ks > 1 && num_chunks >= ks { ks } else { 1 }
     }
 
-    /// The grid of `tasks` tasks of instance `i` each taken by a cluster of `ks` CTAs splitting
-    /// its K: whole clusters, as many as stay resident where blocks walk tasks.
-    pub(crate) fn ks_grid(&self, i: usize, tasks: usize, ks: usize) -> usize {
+    /// The K split over a cluster on 64-feature tasks (`ksplit_narrow`) for a call of `rows`
+    /// rows on instance `i` over `num_chunks` chunks of K, `glu` gate|up with the SwiGLU (never
+    /// split so): the setting where the instance has such instances and the call more than 16
+    /// rows and K that many chunks, else 1.
+    pub(crate) fn ksplit_narrow_of(&self, rows: usize, i: usize, num_chunks: usize, glu: bool) -> usize {
+        let ks = self.ksplit_narrow.load(Ordering::Relaxed);
+        let fits = TMA_KS_NARROW_ROWS.contains(&TMA_ROWS[i]) && rows > 16 && !glu && num_chunks >= ks;
+        if ks > 1 && fits { ks } else { 1 }
+    }
+
+    /// The grid of `tasks` tasks of instance `i` with `ft` features a task, each taken by a
+    /// cluster of `ks` CTAs splitting its K: whole clusters, as many as stay resident where blocks
+    /// walk tasks.
+    pub(crate) fn ks_grid(&self, i: usize, ft: usize, tasks: usize, ks: usize) -> usize {
         let j = TMA_KS.iter().position(|&k| k == ks).expect("a K split with instances");
-        let clusters = if self.persistent { tasks.min((self.slots_ks[i][j] / ks).max(1)) } else { tasks };
+        let slots = match ft {
+            64 => {
+                let r = TMA_KS_NARROW_ROWS.iter().position(|&n| n == TMA_ROWS[i]).expect("a narrow K-split instance");
+                self.slots_ks_narrow[r][j]
+            }
+            _ => self.slots_ks[i][j],
+        };
+        let clusters = if self.persistent { tasks.min((slots / ks).max(1)) } else { tasks };
         clusters * ks
     }
 
@@ -440,17 +433,10 @@ fn encode_bf16_map(ptr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Re
 /// the exchange of a GLU instance (`linear_tma_glu`).
 pub(crate) fn tma_smem_max_of(name: &str) -> Option<usize> {
     let glu = name.contains("_glu");
-    if let Some((n, ks)) = ks_of(name) {
-        return Some(tma_smem_ks(n, ks, glu));
+    if let Some((n, ft, ks)) = ks_of(name) {
+        return Some(tma_smem_ks(n, ft, ks, glu));
     }
     Some(tma_smem_of(name)? + if glu { TMA_GLU_XCH_BYTES } else { 0 })
-}
-
-/// The rows and the K split of a K-split instance from its name (`tma_name_ks`), else None.
-fn ks_of(name: &str) -> Option<(usize, usize)> {
-    let rest = name.strip_suffix("_k1024").unwrap_or(name);
-    let ks = TMA_KS.into_iter().find(|ks| rest.ends_with(&format!("_s{ks}")))?;
-    Some((name.strip_prefix("linear_tma_bf16_n")?.split('_').next()?.parse().ok()?, ks))
 }
 
 #[cfg(test)]
@@ -508,47 +494,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn k_split_instances_are_named_and_sized_by_their_split() {
-        use super::{TMA_GLU_XCH_BYTES, ks_recv_bytes, tma_name_ks, tma_smem_ks, tma_smem_max_of};
-        assert_eq!(tma_name_ks(8, 1024, 4, false), "linear_tma_bf16_n8_s4_k1024");
-        assert_eq!(tma_name_ks(64, 256, 2, true), "linear_tma_bf16_n64_glu_s2");
-        // Rank 0's slots: the other ranks' 256 threads' n / 2 sums each.
-        assert_eq!(ks_recv_bytes(8, 4), 3 * 256 * 4 * 4);
-        assert_eq!(ks_recv_bytes(64, 2), 256 * 32 * 4);
-        assert_eq!(tma_smem_max_of("linear_tma_bf16_n8_s4_k1024"), Some(5 * (128 * 128 + 8 * 128) + 1024 + 12288));
-        assert_eq!(tma_smem_max_of("linear_tma_bf16_n16_glu_s2"), Some(tma_smem_ks(16, 2, true)));
-        assert_eq!(tma_smem_ks(16, 2, true), tma_smem_ks(16, 2, false) + TMA_GLU_XCH_BYTES);
-        // The plain instances' neighbours keep their sizes.
-        assert_eq!(tma_smem_max_of("linear_tma_bf16_n8_k1024"), Some(tma_smem(8, 128)));
-        // Two blocks an SM of 228 KB (1 KB of each the driver's, 1 KB of static barriers), but
-        // for 32 and 64 rows split in four and 64 rows with a GLU exchange; every one fits one.
-        for n in [8, 16, 32, 64] {
-            for ks in [2, 4] {
-                for glu in [false, true] {
-                    let two = 2 * (tma_smem_ks(n, ks, glu) + 2048) <= 228 * 1024;
-                    assert_eq!(two, n <= 16 || (ks == 2 && (n == 32 || !glu)), "n{n} s{ks} glu {glu}");
-                    assert!(tma_smem_ks(n, ks, glu) <= 227 * 1024, "n{n} s{ks} glu {glu}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_k_split_over_a_cluster_goes_where_it_was_measured_to_pay() {
-        use super::ks_auto;
-        // Plain products whose split would fold in a launch: 4 CTAs at 8 rows, 2 at 16 and 32.
-        assert_eq!(ks_auto(8, 8, 4, false), 4);
-        assert_eq!(ks_auto(5, 8, 2, false), 4);
-        assert_eq!(ks_auto(13, 16, 7, false), 2);
-        assert_eq!(ks_auto(32, 32, 7, false), 2);
-        // Not at rows the last block folds, not whole K, not 64 rows, not gate|up.
-        assert_eq!(ks_auto(4, 8, 4, false), 1);
-        assert_eq!(ks_auto(32, 32, 1, false), 1);
-        assert_eq!(ks_auto(64, 64, 7, false), 1);
-        assert_eq!(ks_auto(8, 8, 4, true), 1);
     }
 
     #[test]

@@ -104,10 +104,13 @@ __host__ __device__ constexpr int tma_stages(int n, int ft) {
 // The others are nine warps with at most 168 registers each (three warps on a sub-partition).
 __host__ __device__ constexpr int tma_threads(int n) { return n > 128 ? 384 : 288; }
 // Stages of the instances whose clusters of KS CTAs split K (`ks_fold_chunk`): as many as keep
-// two blocks an SM with rank 0's slots and a GLU exchange, but for 32 and 64 rows split in four
-// (their slots alone take 48 and 96 KB: one block an SM). `tma::tma_stages_ks` is the same table.
-__host__ __device__ constexpr int tma_stages_ks(int n, int ks) {
-    return n == 8 ? 5 : n == 16 ? (ks == 2 ? 5 : 4) : n == 32 ? 4 : ks == 2 ? 3 : 4;
+// two blocks an SM with rank 0's slots and a GLU exchange, but for 128-feature tasks of 32 and 64
+// rows split in four (their slots alone take 48 and 96 KB: one block an SM). 64-feature tasks
+// (plain products of 32 and 64 rows, `_f64_s*`): six, but five for 64 rows split in two and three
+// in four. `tma::tma_stages_ks` is the same table.
+__host__ __device__ constexpr int tma_stages_ks(int n, int ft, int ks) {
+    return ft == 64 ? (n == 64 ? (ks == 2 ? 5 : 3) : 6)
+                    : n == 8 ? 5 : n == 16 ? (ks == 2 ? 5 : 4) : n == 32 ? 4 : ks == 2 ? 3 : 4;
 }
 __host__ __device__ constexpr int tma_stage_bytes(int n, int ft) { return ft * 128 + n * 128; }
 // Words a consumer thread hands over per round of a GLU task's store (`glu`): the launch adds
@@ -132,7 +135,7 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     // NW: the rows of one warpgroup's wgmma (all N, or half of them when the warpgroups share
     // 64 features); W_BYTES: the weight tile's bytes in a stage, the activations' follow.
     // SPC: stages of 64 of K in a chunk (the weight's fold chunk, 256 or 1,024: ops_linear::fold_chunk).
-    constexpr int STAGES = KS > 1 ? tma_stages_ks(N, KS) : tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
+    constexpr int STAGES = KS > 1 ? tma_stages_ks(N, FT, KS) : tma_stages(N, FT), STAGE = tma_stage_bytes(N, FT), KC = SPC * WG_KS;
     constexpr int NW = FT == 128 ? N : N / 2, W_BYTES = FT * 128;
     // NRM: the producer copies only the weight tile; the consumers write x's (`tma_norm_write`).
     constexpr int TX = NRM ? W_BYTES : STAGE;
@@ -148,9 +151,11 @@ __device__ __forceinline__ void linear_tma(const TmaMap& xmap, const TmaMap& wma
     constexpr int FG = CL;                       // feature tiles a cluster
     const int rank = CL > 1 ? (int)(blockIdx.x % CL) : 0;
     // KS: CTAs of a cluster splitting each task's K (`ks_fold_chunk`: 1, 2 or 4), rank `krank`
-    // taking every KS-th chunk; decode rows of 128-feature tasks, one CTA along the features.
+    // taking every KS-th chunk; decode rows, one CTA along the features, of 128-feature tasks or
+    // (plain products) 64-feature ones, whose warpgroups fold their own halves of the rows.
     static_assert(KS == 1 || KS == 2 || KS == 4, "K split over one, two or four CTAs");
-    static_assert(KS == 1 || (CL == 1 && FT == 128 && N <= 64 && GLU != GLU_IL && !NRM), "K split: decode rows");
+    static_assert(KS == 1 || (CL == 1 && N <= 64 && GLU != GLU_IL && !NRM), "K split: decode rows");
+    static_assert(KS == 1 || FT == 128 || GLU == GLU_NONE, "K split on 64-feature tasks: plain products");
     const int krank = KS > 1 ? (int)(blockIdx.x % KS) : 0;
     extern __shared__ __align__(128) u8 smem[];
     // KS > 1: two more, `kfull` (rank 0: the other ranks' sums of a round landed) and `kfree`

@@ -79,3 +79,13 @@ LINEAR_TMA_KS(32, 2, n32, 2)
 LINEAR_TMA_KS(32, 4, n32, 2)
 LINEAR_TMA_KS(64, 2, n64, 2)
 LINEAR_TMA_KS(64, 4, n64, 1)
+// The same on 64-feature tasks, plain products of 32 and 64 rows (`PLUMB_CUDA_TMA_KSPLIT_NARROW`):
+// where 128-feature whole-K tasks leave SMs idle (o at 64 rows: 32 tasks on 132 SMs, 64 on
+// 64-feature ones) or a split folds its partials through global memory in a launch (down).
+#define LINEAR_TMA_KS_NARROW(N, KS, NAME, BLOCKS)                             \
+    LINEAR_TMA_GK(N, 64, 4, 1, KS, GLU_NONE, false, NAME##_f64_s##KS, BLOCKS) \
+    LINEAR_TMA_GK(N, 64, 16, 1, KS, GLU_NONE, false, NAME##_f64_s##KS##_k1024, BLOCKS)
+LINEAR_TMA_KS_NARROW(32, 2, n32, 2)
+LINEAR_TMA_KS_NARROW(32, 4, n32, 2)
+LINEAR_TMA_KS_NARROW(64, 2, n64, 2)
+LINEAR_TMA_KS_NARROW(64, 4, n64, 2)
