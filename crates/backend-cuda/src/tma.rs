@@ -12,7 +12,9 @@ use cudarc::driver::{CudaContext, CudaFunction, sys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-pub(crate) use crate::tma_ksplit::{KS_AUTO, TMA_KS, TMA_KS_NARROW_ROWS, ks_auto, ks_of, tma_name_ks, tma_smem_ks};
+pub(crate) use crate::tma_ksplit::{
+    KS_AUTO, TMA_KS, TMA_KS_NARROW_ROWS, ks_auto, ks_of, ks_setting, tma_name_ks, tma_smem_ks,
+};
 
 /// Activation rows per block of each instance (the wgmma N); a call takes the smallest that holds
 /// its rows, or tiles more than 128 rows by 128 or 192 (`tma_kernel`).
@@ -237,35 +239,8 @@ impl TmaPlan {
                 row[j] = resident_ks(TMA_KS_NARROW_ROWS[i], 64, ks)?;
             }
         }
-        let ksplit_narrow = match std::env::var("PLUMB_CUDA_TMA_KSPLIT_NARROW").ok().as_deref() {
-            None | Some("0") => 0,
-            Some(v) => match v.parse::<usize>() {
-                Ok(ks) if TMA_KS.contains(&ks) => ks,
-                _ => {
-                    let value = v.to_string();
-                    return Err(CudaError::BadSetting {
-                        name: "PLUMB_CUDA_TMA_KSPLIT_NARROW",
-                        value,
-                        expected: "0, 2 or 4",
-                    });
-                }
-            },
-        };
-        let ksplit = match std::env::var("PLUMB_CUDA_TMA_KSPLIT").ok().as_deref() {
-            Some("auto") => KS_AUTO,
-            None | Some("0") => 0,
-            Some(v) => match v.parse::<usize>() {
-                Ok(ks) if TMA_KS.contains(&ks) => ks,
-                _ => {
-                    let value = v.to_string();
-                    return Err(CudaError::BadSetting {
-                        name: "PLUMB_CUDA_TMA_KSPLIT",
-                        value,
-                        expected: "auto, 0, 2 or 4",
-                    });
-                }
-            },
-        };
+        let ksplit_narrow = ks_setting("PLUMB_CUDA_TMA_KSPLIT_NARROW", false)?;
+        let ksplit = ks_setting("PLUMB_CUDA_TMA_KSPLIT", true)?;
         let off = |name| std::env::var(name).is_ok_and(|v| v == "0");
         let number = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&v| v > 0);
         Ok(TmaPlan {

@@ -44,6 +44,23 @@ pub(crate) fn ks_auto(rows: usize, n: usize, splits: usize, glu: bool) -> usize 
     }
 }
 
+/// A K-split switch from the environment variable `name`: unset or 0 (none), 2 or 4 (CTAs a
+/// cluster), or where `auto` is allowed `auto` (`KS_AUTO`).
+pub(crate) fn ks_setting(name: &'static str, auto: bool) -> Result<usize, crate::CudaError> {
+    match std::env::var(name).ok().as_deref() {
+        None | Some("0") => Ok(0),
+        Some("auto") if auto => Ok(KS_AUTO),
+        Some(v) => match v.parse::<usize>() {
+            Ok(ks) if TMA_KS.contains(&ks) => Ok(ks),
+            _ => Err(crate::CudaError::BadSetting {
+                name,
+                value: v.to_string(),
+                expected: if auto { "auto, 0, 2 or 4" } else { "0, 2 or 4" },
+            }),
+        },
+    }
+}
+
 /// The shared memory past the stages of an instance of `n` rows and `ft` features a task whose
 /// clusters of `ks` CTAs split K: rank 0's slots for the others' sums of a round, 256 threads ×
 /// nw / 2 floats each, nw the rows of a warpgroup's wgmma (n, or n / 2 when the warpgroups share
@@ -150,5 +167,25 @@ mod tests {
         assert_eq!(ks_auto(32, 32, 1, false), 1);
         assert_eq!(ks_auto(64, 64, 7, false), 1);
         assert_eq!(ks_auto(8, 8, 4, true), 1);
+    }
+
+    #[test]
+    fn k_split_switches_read_their_values_and_refuse_others() {
+        use super::{KS_AUTO, ks_setting};
+        // A variable of this test's own.
+        // SAFETY: nextest runs each test in a process of its own, so no other thread reads the
+        // environment while this one writes it.
+        let set = |v: &str| unsafe { std::env::set_var("PLUMB_TEST_KS_SWITCH", v) };
+        assert_eq!(ks_setting("PLUMB_TEST_KS_SWITCH", true).unwrap(), 0, "unset");
+        for (v, auto, want) in
+            [("0", true, Some(0)), ("2", false, Some(2)), ("4", true, Some(4)), ("auto", true, Some(KS_AUTO))]
+        {
+            set(v);
+            assert_eq!(ks_setting("PLUMB_TEST_KS_SWITCH", auto).ok(), want, "{v}");
+        }
+        for (v, auto) in [("auto", false), ("3", true), ("8", false), ("two", true)] {
+            set(v);
+            assert!(ks_setting("PLUMB_TEST_KS_SWITCH", auto).is_err(), "{v} (auto allowed: {auto})");
+        }
     }
 }
